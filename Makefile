@@ -1,0 +1,70 @@
+# Tutti top-level build.  `make help` lists the targets.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BUILD ?= build
+CC ?= gcc
+NVCC ?= nvcc
+CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -Ilibtutti/include
+LIBS := -luring -lxxhash -lpthread
+
+LIB_SRCS := $(shell find libtutti/src -name '*.c' | sort)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
+CU_SRCS := $(shell find libtutti -name '*.cu' | sort)
+
+.PHONY: all help deps lib ctest cuda-check venv test pytest bench demo clean
+
+all: lib
+
+help:
+	@echo "make bench      main job: store benchmark on a file-backed store (embedded default)"
+	@echo "make test       everything CI runs: C unit tests, CUDA compile check, pytest"
+	@echo "make lib        build/libtutti.a"
+	@echo "make ctest      C unit tests (TAP)"
+	@echo "make cuda-check compile every .cu file with nvcc (no GPU needed)"
+	@echo "make venv       $(VENV) with the tutti package installed"
+
+deps:
+	@scripts/bootstrap.sh deps
+
+lib: $(BUILD)/libtutti.a
+
+$(BUILD)/%.o: %.c $(wildcard libtutti/include/tutti/*.h) $(wildcard libtutti/src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) -c $< -o $@
+
+$(BUILD)/libtutti.a: $(LIB_OBJS)
+	@mkdir -p $(BUILD)
+	ar rcs $@ $^
+
+$(BUILD)/tests/%: libtutti/tests/%.c $(BUILD)/libtutti.a $(wildcard libtutti/tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $< -o $@ $(BUILD)/libtutti.a $(LIBS)
+
+ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
+	@fail=0; for t in $^; do echo "# $$t"; ./$$t || fail=1; done; \
+	if [ $$fail -ne 0 ]; then echo "C unit tests: FAILED"; exit 1; fi; echo "C unit tests: all passed"
+
+cuda-check:
+	@if ! command -v $(NVCC) >/dev/null; then echo "nvcc not found: CUDA compile check skipped"; exit 0; fi; \
+	mkdir -p $(BUILD)/cuda; for f in $(CU_SRCS); do \
+	  echo "nvcc $$f"; \
+	  $(NVCC) -std=c++17 -arch=sm_90 -Ilibtutti/include -Xcompiler -Wall,-Werror -Werror all-warnings \
+	    -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o || exit 1; done
+
+venv:
+	@scripts/bootstrap.sh venv
+
+pytest: venv
+	$(VENV)/bin/python -m pytest -q tests
+
+test: deps lib ctest cuda-check venv
+	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+bench: deps venv
+	$(VENV)/bin/tutti-admin bench --path $(BUILD)/bench/store.img --size 2GiB --prefix-tokens 8192 --runs 3
+
+clean:
+	rm -rf $(BUILD) python/tutti/_tutti*.so python/*.egg-info

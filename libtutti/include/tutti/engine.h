@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * I/O engines move batches of objects between store members and memory.
+ *
+ * The store describes a batch as an array of tt_io (one per object); an
+ * engine may merge ios that are adjacent on the same member into one
+ * request (scatter/gather on the memory side), submits the whole batch with
+ * as few system calls as it can and writes each io's result back.  Engines:
+ *
+ *   uring   files/block devices via io_uring, O_DIRECT (default)
+ *   psync   preadv/pwritev, for kernels where io_uring is unavailable
+ *
+ * Later engines (kernel queues, GPU rings, emulated controller, GDS) keep
+ * this interface.
+ */
+#ifndef TUTTI_ENGINE_H
+#define TUTTI_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TT_MAX_ENGINE_MEMBERS 16u
+
+enum tt_op {
+	TT_OP_READ = 0,
+	TT_OP_WRITE = 1,
+};
+
+/* One object transfer.  The engine fills @res: 0 or a negative errno. */
+struct tt_io {
+	void *buf;
+	uint64_t off;
+	uint32_t len;
+	uint16_t member;
+	uint8_t op;		/* enum tt_op */
+	uint8_t flags;
+	int32_t res;
+	uint32_t tag;		/* caller's */
+};
+
+/* A set of ios submitted together and waited for together. */
+struct tt_batch {
+	struct tt_io *ios;
+	uint32_t n;
+	uint32_t next;		/* ios handed to the engine so far */
+	uint32_t inflight;	/* requests submitted, not completed */
+	int32_t err;		/* first failure, 0 if none */
+	uint32_t reqs;		/* requests after coalescing */
+};
+
+struct tt_engine_params {
+	uint32_t queue_depth;	/* ring entries; 0 = default (256) */
+	uint32_t max_req_bytes;	/* largest merged request; 0 = 4 MiB */
+};
+
+struct tt_engine_stats {
+	uint64_t ios;		/* objects moved */
+	uint64_t reqs;		/* requests after coalescing */
+	uint64_t bytes_read;
+	uint64_t bytes_written;
+	uint64_t syscalls;	/* submissions + waits that entered the kernel */
+	uint64_t flushes;
+};
+
+struct tt_engine;
+
+/**
+ * tt_engine_open() - create an engine over opened member files
+ * @name: "uring", "psync" or "auto" (uring, falling back to psync)
+ * @fds: file descriptors, one per member, opened with O_DIRECT
+ * @n: number of members
+ * @params: tuning, or NULL for defaults
+ * @out: the engine
+ *
+ * The engine does not own @fds.
+ * Return: 0 or a negative errno (reason in tt_errmsg()).
+ */
+int tt_engine_open(const char *name, const int *fds, unsigned n,
+		   const struct tt_engine_params *params, struct tt_engine **out);
+
+/** tt_engine_close() - wait for nothing, free everything. */
+void tt_engine_close(struct tt_engine *e);
+
+/** tt_engine_name() - the engine actually in use ("uring"/"psync"). */
+const char *tt_engine_name(const struct tt_engine *e);
+
+/**
+ * tt_engine_register() - pin a memory area for fixed-buffer I/O
+ * @e: engine
+ * @addr: start of the area
+ * @len: its length
+ *
+ * Optional: requests whose memory lies wholly inside a registered area
+ * skip the per-I/O page pinning.  Return: 0 or a negative errno.
+ */
+int tt_engine_register(struct tt_engine *e, void *addr, size_t len);
+
+/**
+ * tt_engine_submit() - start a batch
+ * @e: engine
+ * @b: batch with @ios and @n set; the arrays must live until it completes
+ *
+ * Return: 0 or a negative errno if nothing could be started.
+ */
+int tt_engine_submit(struct tt_engine *e, struct tt_batch *b);
+
+/**
+ * tt_engine_wait() - wait until every io of @b has completed
+ * @e: engine
+ * @b: a submitted batch
+ *
+ * Return: 0 if all ios succeeded, else the first failure (per-io results
+ * are in each tt_io.res).
+ */
+int tt_engine_wait(struct tt_engine *e, struct tt_batch *b);
+
+/** tt_engine_done() - has @b completed?  Reaps what is ready, never blocks. */
+int tt_engine_done(struct tt_engine *e, struct tt_batch *b);
+
+/** tt_engine_flush() - make completed writes on every member durable. */
+int tt_engine_flush(struct tt_engine *e);
+
+/** tt_engine_get_stats() - counters since open. */
+void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

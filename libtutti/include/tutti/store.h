@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The object store.
+ *
+ * A store is 1..TT_MAX_MEMBERS files or block devices formatted together.
+ * Each slot holds one KV block; a key (16 bytes, e.g. a hash of vLLM's
+ * chained block hash) names the block stored in a slot.
+ *
+ * Data safety: a slot is published only by its commit record, written after
+ * the slot's data is durable, and the record carries a checksum of the data.
+ * A slot being overwritten is first made empty on disk.  A read whose bytes
+ * do not match the record's checksum is reported per block and the slot is
+ * dropped: the store never serves bytes that differ from what was stored.
+ *
+ * Data moves layer by layer through transactions (struct tt_txn): begin with
+ * the blocks, then one call per layer that submits that layer's objects of
+ * every block at once, then wait per layer and finish.  Memory is described
+ * once by a tt_memmap (paged KV cache: a base and a block stride per
+ * (layer, span)), so the caller passes only block ids per layer.
+ *
+ * A store handle is not thread-safe: use it from one thread at a time.
+ */
+#ifndef TUTTI_STORE_H
+#define TUTTI_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tutti/format.h"
+#include "tutti/layout.h"
+#include "tutti/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tt_store;
+struct tt_txn;
+
+/* tt_format_params.flags */
+#define TT_FORMAT_FORCE		(1u << 0)	/* overwrite an existing store */
+
+struct tt_format_params {
+	struct tt_fingerprint fp;
+	uint32_t n_spans;	/* 0: 2 (K and V) */
+	uint32_t span_bytes;	/* 0: block_size*kv_heads*head_dim*dtype size */
+	uint64_t n_slots;	/* 0: as many as fit on the smallest member */
+	uint32_t stripe_objs;	/* 0: 1 MiB worth of objects */
+	uint32_t flags;
+};
+
+/* tt_open_params.flags */
+#define TT_OPEN_RDONLY		(1u << 0)	/* no writes; shared lock */
+#define TT_OPEN_NO_VERIFY	(1u << 1)	/* skip read checksums (unsafe) */
+#define TT_OPEN_SHARED		(1u << 2)	/* no exclusive lock (multi-process) */
+
+struct tt_open_params {
+	uint32_t flags;
+	const struct tt_fingerprint *expect;	/* NULL: accept any model */
+	const char *engine;			/* NULL: "auto" */
+	struct tt_engine_params engine_params;
+};
+
+struct tt_store_stats {
+	uint64_t lookups, hits;
+	uint64_t blocks_read, blocks_written;
+	uint64_t commits, evictions;
+	uint64_t corrupt_blocks;	/* detected on read, dropped */
+	struct tt_engine_stats engine;
+};
+
+struct tt_store_info {
+	uint8_t uuid[16];
+	struct tt_geometry geo;
+	struct tt_fingerprint fp;
+	uint64_t member_bytes;
+	uint64_t table_bytes;
+	uint64_t created_ns;
+	uint64_t n_committed;
+	uint64_t n_free;
+	uint64_t n_bad_records;		/* found unreadable at open */
+	char engine[16];
+	struct tt_store_stats stats;
+};
+
+/*
+ * Where block @b's object (layer, span) is in memory:
+ *   base[layer * n_spans + span] + b * stride[layer * n_spans + span]
+ * Bytes copied per object: the store's span_bytes.
+ */
+struct tt_memmap {
+	uint32_t n_layers;
+	uint32_t n_spans;
+	const uint64_t *base;
+	const uint64_t *stride;
+};
+
+/**
+ * tt_dtype_size() - bytes per element of a dtype name ("bfloat16", "fp8"...)
+ * Return: the size, or 0 if unknown.
+ */
+unsigned tt_dtype_size(const char *dtype);
+
+/**
+ * tt_store_plan() - fill in a format's defaults and check it
+ * @p: parameters; zero fields are replaced by their defaults
+ * @n_members: stripe width
+ * @member_bytes: usable bytes of the smallest member (for n_slots = 0)
+ * @geo: resulting geometry
+ * @need_bytes: bytes each member must hold
+ *
+ * Return: 0, -EINVAL (bad parameters) or -ENOSPC (does not fit).
+ */
+int tt_store_plan(struct tt_format_params *p, unsigned n_members,
+		  uint64_t member_bytes, struct tt_geometry *geo,
+		  uint64_t *need_bytes);
+
+/**
+ * tt_store_format() - write a new, empty store over @paths
+ * @paths: member files or block devices (files are created/extended)
+ * @n: number of members
+ * @p: parameters (see tt_store_plan())
+ *
+ * Checks everything before writing anything: sizes, mounts, an existing
+ * store (kept unless TT_FORMAT_FORCE).  Return: 0 or a negative errno.
+ */
+int tt_store_format(const char *const *paths, unsigned n,
+		    const struct tt_format_params *p);
+
+/**
+ * tt_store_open() - open a formatted store
+ * @paths: its members, in any order
+ * @n: number of members
+ * @p: options, or NULL
+ * @out: the store
+ *
+ * Return: 0 or a negative errno: -EINVAL not a Tutti store / damaged,
+ * -ENODEV missing or foreign member, -EMEDIUMTYPE fingerprint mismatch,
+ * -EBUSY in use or mounted, -EFBIG truncated member.
+ */
+int tt_store_open(const char *const *paths, unsigned n,
+		  const struct tt_open_params *p, struct tt_store **out);
+
+/** tt_store_close() - abort open transactions, release everything. */
+void tt_store_close(struct tt_store *s);
+
+/** tt_store_get_info() - geometry, fingerprint, occupancy and counters. */
+int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
+
+/** tt_store_geometry() - the geometry (valid while @s is open). */
+const struct tt_geometry *tt_store_geometry(const struct tt_store *s);
+
+/**
+ * tt_key_from_bytes() - derive a 16-byte key from arbitrary bytes (XXH3-128)
+ */
+void tt_key_from_bytes(const void *data, size_t len, uint8_t key[TT_KEY_BYTES]);
+
+/**
+ * tt_store_lookup() - find committed slots of keys
+ * @s: store
+ * @keys: n keys of TT_KEY_BYTES bytes each, back to back
+ * @n: number of keys
+ * @slots: out, slot of each key or -1
+ *
+ * Hits become most recently used.  Return: number of hits.
+ */
+int tt_store_lookup(struct tt_store *s, const uint8_t *keys, unsigned n,
+		    int64_t *slots);
+
+/**
+ * tt_store_invalidate() - drop committed slots (durably)
+ * Return: number dropped, or a negative errno (-ERANGE bad slot).
+ */
+int tt_store_invalidate(struct tt_store *s, const int64_t *slots, unsigned n);
+
+/**
+ * tt_store_write_begin() - start storing blocks under @keys
+ * @s: store (not read-only)
+ * @keys: n keys, back to back
+ * @n: number of blocks
+ * @out: the transaction
+ *
+ * Picks a slot per key: free first, then the least recently used (the
+ * victim is made empty on disk before any of its bytes change).  A key
+ * already committed is not stored again (tt_txn_slot() reports it).
+ * Return: 0, -ENOSPC (every slot pinned by a transaction) or an error.
+ */
+int tt_store_write_begin(struct tt_store *s, const uint8_t *keys, unsigned n,
+			 struct tt_txn **out);
+
+/**
+ * tt_store_read_begin() - start loading committed slots
+ * @s: store
+ * @slots: n slots (from tt_store_lookup()); they stay pinned until finish
+ * @n: number of blocks
+ * @out: the transaction
+ *
+ * Return: 0, -ERANGE (slot out of range), -ENOENT (slot not committed).
+ */
+int tt_store_read_begin(struct tt_store *s, const int64_t *slots, unsigned n,
+			struct tt_txn **out);
+
+/** tt_txn_slot() - slot of block @i, and whether it is already stored. */
+int64_t tt_txn_slot(const struct tt_txn *t, unsigned i, int *present);
+
+/**
+ * tt_txn_layer() - submit one layer of every block of the transaction
+ * @t: transaction
+ * @layer: layer index
+ * @mem: where blocks are in memory
+ * @block_ids: memory block id of each of the transaction's blocks
+ *
+ * Writes copy nothing for aligned memory; the checksum of each object is
+ * taken before it is submitted.  Return: 0 or a negative errno.
+ */
+int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
+		 const uint32_t *block_ids);
+
+/**
+ * tt_txn_wait_layer() - wait for one submitted layer; verify reads
+ * Return: 0, or the first I/O error of that layer (blocks are marked).
+ */
+int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer);
+
+/**
+ * tt_txn_finish() - complete the transaction and free it
+ * @t: transaction
+ * @status: out (may be NULL), per block: 0 ok; for reads -EBADMSG
+ *          (checksum mismatch, slot dropped) or -EIO; for writes -EIO
+ *
+ * Writes: waits for data, flushes, then writes the commit records and
+ * flushes again; blocks with a layer never submitted are not committed
+ * (-ENODATA).  Reads: compares every block's checksum.
+ * Return: number of blocks ok, or a negative errno.
+ */
+int tt_txn_finish(struct tt_txn *t, int32_t *status);
+
+/** tt_txn_abort() - drop a transaction: nothing of it is committed. */
+void tt_txn_abort(struct tt_txn *t);
+
+/**
+ * tt_store_put() - store one block held contiguously in @buf
+ * @buf: n_layers * n_spans objects of span_bytes each, (layer, span) order
+ * Return: 0 (also if already present) or a negative errno.
+ */
+int tt_store_put(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
+		 const void *buf, size_t len);
+
+/**
+ * tt_store_get() - load one block into @buf (layout as tt_store_put())
+ * Return: 0, -ENOENT (miss) or -EBADMSG (corrupt, dropped).
+ */
+int tt_store_get(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
+		 void *buf, size_t len);
+
+struct tt_check_result {
+	uint64_t checked;	/* committed slots read */
+	uint64_t ok;
+	uint64_t bad;		/* checksum mismatch or unreadable */
+	uint64_t bad_records;	/* damaged slot records in the range */
+	uint64_t repaired;	/* bad slots/records cleared (repair only) */
+};
+
+/**
+ * tt_store_check() - verify committed slots in [@first, @first + @count)
+ * @s: store
+ * @first: first slot
+ * @count: number of slots (clamped to the store)
+ * @repair: clear bad slots and damaged records (durably)
+ * @res: out; counts are added to it, so a caller can check in chunks
+ * @bad: out (may be NULL), slot numbers found bad, up to @bad_cap
+ * @bad_cap: capacity of @bad
+ *
+ * Return: number of bad slots found in this call, or a negative errno.
+ */
+int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count,
+		   int repair, struct tt_check_result *res, int64_t *bad,
+		   unsigned bad_cap);
+
+/**
+ * tt_store_register_memory() - register an area for fixed-buffer I/O
+ * Return: 0 or a negative errno (harmless: I/O works without it).
+ */
+int tt_store_register_memory(struct tt_store *s, void *addr, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Engine dispatch and the request logic every engine shares. */
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include "tutti/error.h"
+#include "engine_impl.h"
+#include "../support/util.h"
+
+int tt_engine_open(const char *name, const int *fds, unsigned n,
+		   const struct tt_engine_params *params, struct tt_engine **out)
+{
+	struct tt_engine *e;
+	int auto_pick = !name || !*name || !strcmp(name, "auto");
+	int ret;
+
+	if (!n || n > TT_MAX_ENGINE_MEMBERS)
+		return tt_seterr(-EINVAL, "engine: %u members (1..%u supported)", n,
+				 TT_MAX_ENGINE_MEMBERS);
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return tt_seterr(-ENOMEM, "engine: out of memory");
+	memcpy(e->fds, fds, n * sizeof(*fds));
+	e->n_members = n;
+	if (params)
+		e->p = *params;
+	if (!e->p.queue_depth)
+		e->p.queue_depth = TT_ENGINE_DEFAULT_DEPTH;
+	if (!e->p.max_req_bytes)
+		e->p.max_req_bytes = TT_ENGINE_DEFAULT_REQ_BYTES;
+	if (e->p.queue_depth > 32768)
+		e->p.queue_depth = 32768;
+
+	if (auto_pick || !strcmp(name, "uring")) {
+		e->ops = &tt_uring_ops;
+		ret = e->ops->init(e);
+		if (ret == 0 || !auto_pick)
+			goto done;
+		/* io_uring disabled (sysctl, seccomp, old kernel): keep working. */
+	} else if (strcmp(name, "psync")) {
+		free(e);
+		return tt_seterr(-EINVAL, "unknown engine '%s' (uring, psync, auto)", name);
+	}
+	e->ops = &tt_psync_ops;
+	ret = e->ops->init(e);
+done:
+	if (ret) {
+		free(e);
+		return ret;
+	}
+	*out = e;
+	return 0;
+}
+
+void tt_engine_close(struct tt_engine *e)
+{
+	if (!e)
+		return;
+	e->ops->fini(e);
+	free(e);
+}
+
+const char *tt_engine_name(const struct tt_engine *e)
+{
+	return e->ops->name;
+}
+
+int tt_engine_register(struct tt_engine *e, void *addr, size_t len)
+{
+	return e->ops->reg ? e->ops->reg(e, addr, len) : 0;
+}
+
+int tt_engine_submit(struct tt_engine *e, struct tt_batch *b)
+{
+	b->next = 0;
+	b->inflight = 0;
+	b->err = 0;
+	b->reqs = 0;
+	for (uint32_t i = 0; i < b->n; i++)
+		b->ios[i].res = 1;	/* pending */
+	if (!b->n)
+		return 0;
+	return e->ops->submit(e, b);
+}
+
+int tt_engine_wait(struct tt_engine *e, struct tt_batch *b)
+{
+	while (b->inflight) {
+		int ret = e->ops->reap(e, 1);
+
+		if (ret < 0)
+			return ret;
+	}
+	return b->err;
+}
+
+int tt_engine_done(struct tt_engine *e, struct tt_batch *b)
+{
+	if (b->inflight)
+		e->ops->reap(e, 0);
+	return b->inflight == 0;
+}
+
+int tt_engine_flush(struct tt_engine *e)
+{
+	for (unsigned m = 0; m < e->n_members; m++) {
+		if (fdatasync(e->fds[m]))
+			return tt_seterr(-errno, "flush of member %u failed: %s", m,
+					 strerror(errno));
+	}
+	e->st.flushes++;
+	e->st.syscalls += e->n_members;
+	return 0;
+}
+
+void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st)
+{
+	*st = e->st;
+}
+
+unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
+		     struct tt_req *r)
+{
+	const struct tt_io *io = &b->ios[i];
+	uint64_t end = io->off + io->len;
+	unsigned j = i + 1;
+
+	r->b = b;
+	r->first = i;
+	r->member = io->member;
+	r->op = io->op;
+	r->off = io->off;
+	r->bytes = io->len;
+	while (j < b->n && j - i < TT_ENGINE_MAX_IOV) {
+		const struct tt_io *nx = &b->ios[j];
+
+		if (nx->member != io->member || nx->op != io->op || nx->off != end ||
+		    r->bytes + nx->len > e->p.max_req_bytes)
+			break;
+		end += nx->len;
+		r->bytes += nx->len;
+		j++;
+	}
+	r->count = j - i;
+	return r->count;
+}
+
+unsigned tt_req_iov(const struct tt_req *r, struct iovec *iov)
+{
+	const struct tt_io *ios = &r->b->ios[r->first];
+	unsigned n = 0;
+
+	for (uint32_t k = 0; k < r->count; k++) {
+		if (n && (char *)iov[n - 1].iov_base + iov[n - 1].iov_len == (char *)ios[k].buf) {
+			iov[n - 1].iov_len += ios[k].len;
+			continue;
+		}
+		iov[n].iov_base = ios[k].buf;
+		iov[n].iov_len = ios[k].len;
+		n++;
+	}
+	return n;
+}
+
+void tt_req_complete(struct tt_engine *e, const struct tt_req *r, int res)
+{
+	struct tt_batch *b = r->b;
+
+	for (uint32_t k = 0; k < r->count; k++)
+		b->ios[r->first + k].res = res;
+	if (res < 0 && !b->err)
+		b->err = res;
+	if (res == 0) {
+		e->st.ios += r->count;
+		if (r->op == TT_OP_READ)
+			e->st.bytes_read += r->bytes;
+		else
+			e->st.bytes_written += r->bytes;
+	}
+	e->st.reqs++;
+}
+
+static void iov_advance(struct iovec *iov, unsigned n, unsigned *k, uint64_t bytes)
+{
+	while (bytes && *k < n) {
+		if (bytes < iov[*k].iov_len) {
+			iov[*k].iov_base = (char *)iov[*k].iov_base + bytes;
+			iov[*k].iov_len -= bytes;
+			return;
+		}
+		bytes -= iov[*k].iov_len;
+		(*k)++;
+	}
+}
+
+int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
+{
+	struct iovec iov[TT_ENGINE_MAX_IOV];
+	unsigned n = tt_req_iov(r, iov);
+	int fd = e->fds[r->member];
+	unsigned k = 0;
+
+	iov_advance(iov, n, &k, done);
+	while (done < r->bytes) {
+		unsigned cnt = TT_MIN(n - k, (unsigned)IOV_MAX);
+		ssize_t got;
+
+		if (r->op == TT_OP_READ)
+			got = preadv(fd, &iov[k], (int)cnt, (off_t)(r->off + done));
+		else
+			got = pwritev(fd, &iov[k], (int)cnt, (off_t)(r->off + done));
+		e->st.syscalls++;
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (got == 0)
+			return -EIO;	/* past the end of the member */
+		done += (uint64_t)got;
+		iov_advance(iov, n, &k, (uint64_t)got);
+	}
+	return 0;
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* What every engine implementation shares (not installed). */
+#ifndef TT_ENGINE_IMPL_H
+#define TT_ENGINE_IMPL_H
+
+#include <sys/uio.h>
+
+#include "tutti/engine.h"
+
+#define TT_ENGINE_DEFAULT_DEPTH		256u
+#define TT_ENGINE_DEFAULT_REQ_BYTES	(4u << 20)
+#define TT_ENGINE_MAX_IOV		256u
+
+struct tt_engine;
+
+struct tt_engine_ops {
+	const char *name;
+	int (*init)(struct tt_engine *e);
+	void (*fini)(struct tt_engine *e);
+	/* Hand every io of @b to the device; may reap to make room. */
+	int (*submit)(struct tt_engine *e, struct tt_batch *b);
+	/* Process completions; with @wait, block until at least one. */
+	int (*reap)(struct tt_engine *e, int wait);
+	int (*reg)(struct tt_engine *e, void *addr, size_t len);
+};
+
+struct tt_engine {
+	const struct tt_engine_ops *ops;
+	int fds[TT_MAX_ENGINE_MEMBERS];
+	unsigned n_members;
+	struct tt_engine_params p;
+	struct tt_engine_stats st;
+	void *priv;
+};
+
+/* A request: a run of ios adjacent on one member, moved by one syscall/SQE. */
+struct tt_req {
+	struct tt_batch *b;
+	uint32_t first;
+	uint32_t count;
+	uint64_t off;
+	uint64_t bytes;
+	uint16_t member;
+	uint8_t op;
+};
+
+/**
+ * tt_next_req() - form the request starting at io @i of @b
+ * @e: engine (limits)
+ * @b: batch
+ * @i: first io
+ * @r: out
+ *
+ * Merges following ios while they continue the same member, direction and
+ * byte range.  Return: number of ios in the request (>= 1).
+ */
+unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
+		     struct tt_req *r);
+
+/* Fill @iov for @r; returns the number of entries (adjacent memory merged). */
+unsigned tt_req_iov(const struct tt_req *r, struct iovec *iov);
+
+/* Record a request's outcome in its ios and batch. */
+void tt_req_complete(struct tt_engine *e, const struct tt_req *r, int res);
+
+/* Move @r synchronously with preadv/pwritev from byte @done on; 0 or -errno. */
+int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done);
+
+extern const struct tt_engine_ops tt_uring_ops;
+extern const struct tt_engine_ops tt_psync_ops;
+
+#endif

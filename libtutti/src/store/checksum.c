@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Checksums (xxHash, XXH3-64).  Each object is hashed on its own, seeded
+ * with its index in the slot, so layers can be verified in any order as
+ * they arrive and a misplaced object cannot pass for another.  A slot's
+ * checksum is the hash of its objects' hashes.
+ */
+#include <stddef.h>
+#include <xxhash.h>
+
+#include "store_impl.h"
+
+uint64_t tt_sum_object(const void *p, uint32_t len, uint32_t obj_index)
+{
+	return XXH3_64bits_withSeed(p, len, obj_index);
+}
+
+uint64_t tt_sum_combine(const uint64_t *sums, uint32_t n)
+{
+	return XXH3_64bits(sums, (size_t)n * sizeof(*sums));
+}
+
+uint64_t tt_sum_record(const struct tt_slot_record *r, uint64_t slot)
+{
+	return XXH3_64bits_withSeed(r, offsetof(struct tt_slot_record, rec_sum), slot);
+}
+
+uint64_t tt_sum_superblock(const struct tt_superblock *sb)
+{
+	return XXH3_64bits(sb, offsetof(struct tt_superblock, sb_sum));
+}
+
+uint64_t tt_sum_fingerprint(const struct tt_fingerprint *fp)
+{
+	return XXH3_64bits(fp, sizeof(*fp));
+}
+
+void tt_key_from_bytes(const void *data, size_t len, uint8_t key[TT_KEY_BYTES])
+{
+	XXH128_hash_t h = XXH3_128bits(data, len);
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, h);
+	for (unsigned i = 0; i < TT_KEY_BYTES; i++)
+		key[i] = c.digest[i];
+}

@@ -1,0 +1,347 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * The slot table: on-disk records mirrored in memory, a key index (open
+ * addressing, linear probing, backward-shift deletion), an LRU list of
+ * committed slots and a stack of free ones.  All O(1) per operation.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tutti/error.h"
+#include "store_impl.h"
+#include "../support/util.h"
+
+#define RECS_PER_PAGE (TT_OBJ_ALIGN / TT_RECORD_SIZE)
+
+static uint64_t key_hash(const uint8_t *key)
+{
+	uint64_t h;
+
+	memcpy(&h, key, sizeof(h));	/* keys are already hashes */
+	return h;
+}
+
+static void ht_insert(struct tt_slots *t, uint64_t slot)
+{
+	uint64_t i = key_hash(t->rec[slot].key) & t->ht_mask;
+
+	while (t->ht[i])
+		i = (i + 1) & t->ht_mask;
+	t->ht[i] = (uint32_t)slot + 1;
+}
+
+int64_t tt_slots_find(struct tt_slots *t, const uint8_t *key)
+{
+	uint64_t i = key_hash(key) & t->ht_mask;
+
+	for (; t->ht[i]; i = (i + 1) & t->ht_mask) {
+		uint32_t slot = t->ht[i] - 1;
+
+		if (!memcmp(t->rec[slot].key, key, TT_KEY_BYTES))
+			return slot;
+	}
+	return -1;
+}
+
+static void ht_remove(struct tt_slots *t, uint64_t slot)
+{
+	uint64_t i = key_hash(t->rec[slot].key) & t->ht_mask, j;
+
+	while (t->ht[i] != slot + 1) {
+		if (!t->ht[i])
+			return;
+		i = (i + 1) & t->ht_mask;
+	}
+	/* Backward shift: keep every later entry reachable from its home. */
+	for (j = i;;) {
+		uint64_t home;
+
+		t->ht[i] = 0;
+		for (;;) {
+			j = (j + 1) & t->ht_mask;
+			if (!t->ht[j])
+				return;
+			home = key_hash(t->rec[t->ht[j] - 1].key) & t->ht_mask;
+			if (i <= j ? (home <= i || home > j) : (home <= i && home > j))
+				break;
+		}
+		t->ht[i] = t->ht[j];
+		i = j;
+	}
+}
+
+static void lru_unlink(struct tt_slots *t, uint32_t s)
+{
+	if (t->prev[s] != TT_NIL)
+		t->next[t->prev[s]] = t->next[s];
+	else
+		t->lru_head = t->next[s];
+	if (t->next[s] != TT_NIL)
+		t->prev[t->next[s]] = t->prev[s];
+	else
+		t->lru_tail = t->prev[s];
+	t->prev[s] = t->next[s] = TT_NIL;
+}
+
+static void lru_push_tail(struct tt_slots *t, uint32_t s)
+{
+	t->prev[s] = t->lru_tail;
+	t->next[s] = TT_NIL;
+	if (t->lru_tail != TT_NIL)
+		t->next[t->lru_tail] = s;
+	else
+		t->lru_head = s;
+	t->lru_tail = s;
+}
+
+void tt_slots_touch(struct tt_slots *t, uint64_t slot)
+{
+	if (t->state[slot] != TT_MS_COMMITTED || t->lru_tail == slot)
+		return;
+	lru_unlink(t, (uint32_t)slot);
+	lru_push_tail(t, (uint32_t)slot);
+}
+
+void tt_slots_free(struct tt_slots *t)
+{
+	free(t->rec);
+	free(t->state);
+	free(t->pins);
+	free(t->prev);
+	free(t->next);
+	free(t->free);
+	free(t->ht);
+	free(t->dirty);
+	memset(t, 0, sizeof(*t));
+}
+
+int tt_slot_record_ok(const struct tt_store *s, uint64_t slot)
+{
+	const struct tt_slot_record *r = &s->slots.rec[slot];
+
+	return r->rec_sum == tt_sum_record(r, slot) &&
+	       (r->state == TT_SLOT_EMPTY ||
+		(r->state == TT_SLOT_COMMITTED && r->span_bytes == s->geo.span_bytes));
+}
+
+static int is_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+static int cmp_seq(const void *a, const void *b, void *arg)
+{
+	const struct tt_slot_record *rec = arg;
+	uint64_t x = rec[*(const uint32_t *)a].commit_seq;
+	uint64_t y = rec[*(const uint32_t *)b].commit_seq;
+
+	return x < y ? -1 : x > y;
+}
+
+int tt_slots_load(struct tt_store *s)
+{
+	struct tt_slots *t = &s->slots;
+	uint64_t n = s->geo.n_slots, ht_size = 1, n_commit = 0;
+	uint64_t pages = s->sb.table_bytes / TT_OBJ_ALIGN;
+	uint32_t *order;
+	int ret;
+
+	memset(t, 0, sizeof(*t));
+	t->n = n;
+	while (ht_size < 2 * n)
+		ht_size <<= 1;
+	t->ht_mask = ht_size - 1;
+	t->rec = tt_alloc_aligned(s->sb.table_bytes);
+	t->state = calloc(n, 1);
+	t->pins = calloc(n, sizeof(*t->pins));
+	t->prev = malloc(n * sizeof(*t->prev));
+	t->next = malloc(n * sizeof(*t->next));
+	t->free = malloc(n * sizeof(*t->free));
+	t->ht = calloc(ht_size, sizeof(*t->ht));
+	t->dirty = calloc(pages, 1);
+	order = malloc(n * sizeof(*order));
+	if (!t->rec || !t->state || !t->pins || !t->prev || !t->next || !t->free ||
+	    !t->ht || !t->dirty || !order) {
+		free(order);
+		tt_slots_free(t);
+		return tt_seterr(-ENOMEM, "out of memory for %llu slots",
+				 (unsigned long long)n);
+	}
+	ret = tt_member_pread(&s->members[0], t->rec, s->sb.table_bytes,
+			      s->sb.table_off);
+	if (ret) {
+		free(order);
+		tt_slots_free(t);
+		return ret;
+	}
+	t->lru_head = t->lru_tail = TT_NIL;
+	for (uint64_t i = 0; i < n; i++) {
+		const struct tt_slot_record *r = &t->rec[i];
+
+		t->prev[i] = t->next[i] = TT_NIL;
+		if (is_zero(r, sizeof(*r)))
+			t->state[i] = TT_MS_FREE;	/* never written */
+		else if (!tt_slot_record_ok(s, i))
+			t->state[i] = TT_MS_BAD;
+		else if (r->state == TT_SLOT_COMMITTED && tt_slots_find(t, r->key) < 0)
+			t->state[i] = TT_MS_COMMITTED;
+		else
+			t->state[i] = TT_MS_FREE;	/* empty, or a stale duplicate */
+		if (t->state[i] == TT_MS_COMMITTED) {
+			ht_insert(t, i);
+			order[n_commit++] = (uint32_t)i;
+			if (r->commit_seq >= t->next_seq)
+				t->next_seq = r->commit_seq + 1;
+		} else if (t->state[i] == TT_MS_BAD) {
+			t->n_bad++;
+		}
+	}
+	/* LRU order across restarts: commit order. */
+	qsort_r(order, n_commit, sizeof(*order), cmp_seq, t->rec);
+	for (uint64_t i = 0; i < n_commit; i++)
+		lru_push_tail(t, order[i]);
+	t->n_committed = n_commit;
+	/* Low slots first, so fresh stores fill from the start. */
+	for (uint64_t i = n; i-- > 0;)
+		if (t->state[i] == TT_MS_FREE)
+			t->free[t->n_free++] = (uint32_t)i;
+	free(order);
+	return 0;
+}
+
+static void mark_dirty(struct tt_store *s, uint64_t slot)
+{
+	s->slots.dirty[slot / RECS_PER_PAGE] = 1;
+}
+
+static void write_record(struct tt_store *s, uint64_t slot)
+{
+	struct tt_slot_record *r = &s->slots.rec[slot];
+
+	r->rec_sum = tt_sum_record(r, slot);
+	mark_dirty(s, slot);
+}
+
+int64_t tt_slots_alloc(struct tt_store *s, int *evicted)
+{
+	struct tt_slots *t = &s->slots;
+	uint32_t v;
+
+	*evicted = 0;
+	if (t->n_free) {
+		v = t->free[--t->n_free];
+		t->state[v] = TT_MS_WRITING;
+		return v;
+	}
+	for (v = t->lru_head; v != TT_NIL; v = t->next[v])
+		if (!t->pins[v])
+			break;
+	if (v == TT_NIL)
+		return -1;
+	tt_slots_set_empty(s, v, TT_MS_WRITING);
+	s->st.evictions++;
+	*evicted = 1;
+	return v;
+}
+
+void tt_slots_release(struct tt_slots *t, uint64_t slot)
+{
+	t->state[slot] = TT_MS_FREE;
+	t->free[t->n_free++] = (uint32_t)slot;
+}
+
+void tt_slots_unpin(struct tt_slots *t, uint64_t slot)
+{
+	if (t->pins[slot] && !--t->pins[slot] && t->state[slot] == TT_MS_DROPPED)
+		tt_slots_release(t, slot);
+}
+
+/* Drop a slot's content: record becomes EMPTY (dirty); memory state @st. */
+void tt_slots_set_empty(struct tt_store *s, uint64_t slot, enum tt_slot_state st)
+{
+	struct tt_slots *t = &s->slots;
+	struct tt_slot_record *r = &t->rec[slot];
+	uint64_t gen = r->gen;
+
+	if (t->state[slot] == TT_MS_COMMITTED) {
+		ht_remove(t, slot);
+		lru_unlink(t, (uint32_t)slot);
+		t->n_committed--;
+	} else if (t->state[slot] == TT_MS_BAD) {
+		t->n_bad--;
+		gen = 0;	/* damaged record: nothing in it can be trusted */
+	}
+	memset(r, 0, sizeof(*r));
+	r->gen = gen + 1;
+	r->state = TT_SLOT_EMPTY;
+	write_record(s, slot);
+	t->state[slot] = (uint8_t)st;
+	if (st == TT_MS_DROPPED && !t->pins[slot])
+		st = TT_MS_FREE;
+	if (st == TT_MS_FREE)
+		tt_slots_release(t, slot);
+}
+
+void tt_slots_commit(struct tt_store *s, uint64_t slot, const uint8_t *key,
+		     uint64_t data_sum)
+{
+	struct tt_slots *t = &s->slots;
+	struct tt_slot_record *r = &t->rec[slot];
+
+	memcpy(r->key, key, TT_KEY_BYTES);
+	r->gen++;
+	r->data_sum = data_sum;
+	r->commit_seq = t->next_seq++;
+	r->state = TT_SLOT_COMMITTED;
+	r->span_bytes = s->geo.span_bytes;
+	r->reserved = 0;
+	write_record(s, slot);
+	t->state[slot] = TT_MS_COMMITTED;
+	ht_insert(t, slot);
+	lru_push_tail(t, (uint32_t)slot);
+	t->n_committed++;
+}
+
+/* Write every dirty table page (one batch), then optionally flush. */
+int tt_slots_sync(struct tt_store *s, int flush)
+{
+	struct tt_slots *t = &s->slots;
+	uint64_t pages = s->sb.table_bytes / TT_OBJ_ALIGN, n = 0;
+	struct tt_batch b = { 0 };
+	struct tt_io *ios;
+	int ret;
+
+	for (uint64_t p = 0; p < pages; p++)
+		n += t->dirty[p];
+	if (!n)
+		return 0;
+	ios = calloc(n, sizeof(*ios));
+	if (!ios)
+		return tt_seterr(-ENOMEM, "out of memory");
+	n = 0;
+	for (uint64_t p = 0; p < pages; p++) {
+		if (!t->dirty[p])
+			continue;
+		ios[n].buf = (char *)t->rec + p * TT_OBJ_ALIGN;
+		ios[n].off = s->sb.table_off + p * TT_OBJ_ALIGN;
+		ios[n].len = TT_OBJ_ALIGN;
+		ios[n].member = 0;
+		ios[n].op = TT_OP_WRITE;
+		n++;
+	}
+	b.ios = ios;
+	b.n = (uint32_t)n;
+	ret = tt_engine_submit(s->eng, &b);
+	if (!ret)
+		ret = tt_engine_wait(s->eng, &b);
+	free(ios);
+	if (ret)
+		return tt_seterr(ret, "writing the slot table failed: %s", strerror(-ret));
+	memset(t->dirty, 0, pages);
+	return flush ? tt_engine_flush(s->eng) : 0;
+}

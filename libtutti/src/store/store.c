@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0
+/* Store lifecycle: format, open, close, info, lookup and single blocks. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tutti/error.h"
+#include "store_impl.h"
+#include "../support/util.h"
+
+static void close_members(struct tt_member *m, unsigned n, int unlink_created)
+{
+	for (unsigned i = 0; i < n; i++) {
+		tt_member_close(&m[i]);
+		if (unlink_created && m[i].created)
+			unlink(m[i].path);
+	}
+}
+
+static int open_members(const char *const *paths, unsigned n, unsigned mflags,
+			struct tt_member *m)
+{
+	if (!n || n > TT_MAX_MEMBERS)
+		return tt_seterr(-EINVAL, "%u paths given: a store has 1..%u members", n,
+				 TT_MAX_MEMBERS);
+	for (unsigned i = 0; i < n; i++) {
+		int ret;
+
+		for (unsigned j = 0; j < i; j++)
+			if (!strcmp(paths[i], paths[j]))
+				return tt_seterr(-EINVAL, "%s given twice", paths[i]);
+		ret = tt_member_open(paths[i], mflags, &m[i]);
+		if (ret) {
+			close_members(m, i, 1);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static int random_uuid(uint8_t uuid[16])
+{
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return tt_seterr(-errno, "/dev/urandom: %s", strerror(errno));
+	n = read(fd, uuid, 16);
+	close(fd);
+	if (n != 16)
+		return tt_seterr(-EIO, "/dev/urandom: short read");
+	uuid[6] = (uuid[6] & 0x0f) | 0x40;	/* RFC 4122 version 4 */
+	uuid[8] = (uuid[8] & 0x3f) | 0x80;
+	return 0;
+}
+
+/* Zero [off, off+len) of a member in 1 MiB writes. */
+static int zero_range(struct tt_member *m, uint64_t off, uint64_t len)
+{
+	const uint64_t chunk = 1u << 20;
+	void *z = tt_alloc_aligned(chunk);
+	int ret = 0;
+
+	if (!z)
+		return tt_seterr(-ENOMEM, "out of memory");
+	for (uint64_t done = 0; done < len && !ret; done += chunk)
+		ret = tt_member_pwrite(m, z, TT_MIN(chunk, len - done), off + done);
+	free(z);
+	return ret;
+}
+
+int tt_store_format(const char *const *paths, unsigned n,
+		    const struct tt_format_params *params)
+{
+	struct tt_member m[TT_MAX_MEMBERS];
+	struct tt_format_params p = *params;
+	struct tt_superblock sb;
+	struct tt_geometry g;
+	uint64_t smallest = UINT64_MAX, need;
+	uint8_t uuid[16];
+	int ret;
+
+	tt_clearerr();
+	ret = open_members(paths, n, TT_MEMBER_WRITE | TT_MEMBER_CREATE, m);
+	if (ret)
+		return ret;
+	for (unsigned i = 0; i < n; i++) {
+		/* A regular file grows to fit; its current size is no limit. */
+		if (m[i].is_blk && m[i].size < smallest)
+			smallest = m[i].size;
+		if (!m[i].created && !(p.flags & TT_FORMAT_FORCE) &&
+		    !tt_sb_read(&m[i], &sb)) {
+			ret = tt_seterr(-EEXIST, "%s already holds a Tutti store "
+					"(format with force to overwrite it)", m[i].path);
+			goto fail;
+		}
+	}
+	if (smallest == UINT64_MAX) {
+		smallest = 0;	/* only files: capacity must be given */
+		if (!p.n_slots) {
+			ret = tt_seterr(-EINVAL, "regular files need a capacity "
+					"(a slot count or a size)");
+			goto fail;
+		}
+	}
+	tt_clearerr();
+	ret = tt_store_plan(&p, n, smallest, &g, &need);
+	if (ret)
+		goto fail;
+	for (unsigned i = 0; i < n; i++) {
+		if (m[i].is_blk && m[i].size < need) {
+			ret = tt_seterr(-ENOSPC, "%s is too small: %llu bytes, %llu needed",
+					m[i].path, (unsigned long long)m[i].size,
+					(unsigned long long)need);
+			goto fail;
+		}
+	}
+	ret = random_uuid(uuid);
+	if (ret)
+		goto fail;
+	tt_sb_fill(&sb, &p, &g, need, uuid);
+
+	/*
+	 * Nothing was written so far.  Old superblocks go first, so a crash
+	 * mid-format leaves no store rather than a half-initialised one.
+	 */
+	for (unsigned i = 0; i < n && !ret; i++) {
+		if (!m[i].is_blk && m[i].size < need)
+			ret = tt_member_resize(&m[i], need);
+		if (!ret)
+			ret = zero_range(&m[i], 0, TT_TABLE_OFF);
+	}
+	if (!ret)
+		ret = zero_range(&m[0], sb.table_off, sb.table_bytes);
+	for (unsigned i = 0; i < n && !ret; i++)
+		if (fdatasync(m[i].fd))
+			ret = tt_seterr(-errno, "%s: flush: %s", m[i].path, strerror(errno));
+	for (unsigned i = 0; i < n && !ret; i++) {
+		sb.member_index = i;
+		ret = tt_sb_write(&m[i], &sb);
+		if (!ret && fdatasync(m[i].fd))
+			ret = tt_seterr(-errno, "%s: flush: %s", m[i].path, strerror(errno));
+	}
+	if (ret)
+		goto fail;
+	close_members(m, n, 0);
+	return 0;
+fail:
+	close_members(m, n, 1);
+	return ret;
+}
+
+/* Read each member's superblock, check they form one store, order them. */
+static int assemble(struct tt_store *s, struct tt_member *m, unsigned n)
+{
+	struct tt_superblock sbs[TT_MAX_MEMBERS];
+	int seen[TT_MAX_MEMBERS] = { 0 };
+	int ret;
+
+	for (unsigned i = 0; i < n; i++) {
+		ret = tt_sb_read(&m[i], &sbs[i]);
+		if (ret)
+			return ret;
+		if (memcmp(sbs[i].uuid, sbs[0].uuid, 16))
+			return tt_seterr(-ENODEV, "%s belongs to another store than %s",
+					 m[i].path, m[0].path);
+		if (memcmp(&sbs[i].member_bytes, &sbs[0].member_bytes,
+			   sizeof(sbs[0].member_bytes)) || sbs[i].n_members != sbs[0].n_members)
+			return tt_seterr(-EINVAL, "%s: superblock disagrees with %s",
+					 m[i].path, m[0].path);
+	}
+	if (sbs[0].n_members != n)
+		return tt_seterr(-ENODEV, "store has %u members, %u given",
+				 sbs[0].n_members, n);
+	for (unsigned i = 0; i < n; i++) {
+		unsigned idx = sbs[i].member_index;
+
+		if (seen[idx])
+			return tt_seterr(-ENODEV, "%s and another path are the same member %u",
+					 m[i].path, idx);
+		seen[idx] = 1;
+		s->members[idx] = m[i];
+		if (m[i].size < sbs[i].member_bytes)
+			return tt_seterr(-EFBIG, "%s is truncated: %llu bytes, store needs %llu",
+					 m[i].path, (unsigned long long)m[i].size,
+					 (unsigned long long)sbs[i].member_bytes);
+		if (m[i].mem_align > s->mem_align)
+			s->mem_align = m[i].mem_align;
+	}
+	s->sb = sbs[0];
+	s->sb.member_index = 0;
+	s->n_members = n;
+	tt_sb_geometry(&s->sb, &s->geo);
+	return 0;
+}
+
+int tt_store_open(const char *const *paths, unsigned n,
+		  const struct tt_open_params *params, struct tt_store **out)
+{
+	struct tt_open_params p = { 0 };
+	struct tt_member m[TT_MAX_MEMBERS];
+	struct tt_store *s;
+	int fds[TT_MAX_MEMBERS];
+	unsigned mflags = 0;
+	int ret;
+
+	tt_clearerr();
+	if (params)
+		p = *params;
+	if (!(p.flags & TT_OPEN_RDONLY))
+		mflags |= TT_MEMBER_WRITE;
+	if (p.flags & TT_OPEN_SHARED)
+		mflags |= TT_MEMBER_NOLOCK;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return tt_seterr(-ENOMEM, "out of memory");
+	ret = open_members(paths, n, mflags, m);
+	if (ret) {
+		free(s);
+		return ret;
+	}
+	s->flags = p.flags;
+	s->mem_align = 1;
+	ret = assemble(s, m, n);
+	if (ret)
+		goto fail_members;
+	if (p.expect) {
+		ret = tt_fp_compare(&s->sb.fp, p.expect);
+		if (ret)
+			goto fail_members;
+	}
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = s->members[i].fd;
+	ret = tt_engine_open(p.engine, fds, n, &p.engine_params, &s->eng);
+	if (ret)
+		goto fail_members;
+	ret = tt_slots_load(s);
+	if (ret)
+		goto fail_engine;
+	*out = s;
+	return 0;
+fail_engine:
+	tt_engine_close(s->eng);
+fail_members:
+	close_members(m, n, 0);
+	free(s);
+	return ret;
+}
+
+void tt_store_close(struct tt_store *s)
+{
+	if (!s)
+		return;
+	tt_txn_abort_all(s);
+	if (!(s->flags & TT_OPEN_RDONLY))
+		tt_slots_sync(s, 1);
+	tt_slots_free(&s->slots);
+	tt_engine_close(s->eng);
+	close_members(s->members, s->n_members, 0);
+	free(s);
+}
+
+const struct tt_geometry *tt_store_geometry(const struct tt_store *s)
+{
+	return &s->geo;
+}
+
+int tt_store_get_info(struct tt_store *s, struct tt_store_info *info)
+{
+	memset(info, 0, sizeof(*info));
+	memcpy(info->uuid, s->sb.uuid, sizeof(info->uuid));
+	info->geo = s->geo;
+	info->fp = s->sb.fp;
+	info->member_bytes = s->sb.member_bytes;
+	info->table_bytes = s->sb.table_bytes;
+	info->created_ns = s->sb.created_ns;
+	info->n_committed = s->slots.n_committed;
+	info->n_free = s->slots.n_free;
+	info->n_bad_records = s->slots.n_bad;
+	strncpy(info->engine, tt_engine_name(s->eng), sizeof(info->engine) - 1);
+	info->stats = s->st;
+	tt_engine_get_stats(s->eng, &info->stats.engine);
+	return 0;
+}
+
+int tt_store_lookup(struct tt_store *s, const uint8_t *keys, unsigned n,
+		    int64_t *slots)
+{
+	int hits = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		slots[i] = tt_slots_find(&s->slots, keys + (size_t)i * TT_KEY_BYTES);
+		if (slots[i] >= 0) {
+			tt_slots_touch(&s->slots, (uint64_t)slots[i]);
+			hits++;
+		}
+	}
+	s->st.lookups += n;
+	s->st.hits += (uint64_t)hits;
+	return hits;
+}
+
+int tt_store_invalidate(struct tt_store *s, const int64_t *slots, unsigned n)
+{
+	struct tt_slots *sl = &s->slots;
+	int dropped = 0;
+
+	if (s->flags & TT_OPEN_RDONLY)
+		return tt_seterr(-EROFS, "store is open read-only");
+	for (unsigned i = 0; i < n; i++)
+		if (slots[i] < 0 || (uint64_t)slots[i] >= sl->n)
+			return tt_seterr(-ERANGE, "slot %lld out of range (store has %llu)",
+					 (long long)slots[i], (unsigned long long)sl->n);
+	for (unsigned i = 0; i < n; i++) {
+		uint8_t st = sl->state[slots[i]];
+
+		if (st == TT_MS_COMMITTED || st == TT_MS_BAD) {
+			tt_slots_set_empty(s, (uint64_t)slots[i], TT_MS_DROPPED);
+			dropped++;
+		}
+	}
+	if (dropped) {
+		int ret = tt_slots_sync(s, 1);
+
+		if (ret)
+			return ret;
+	}
+	return dropped;
+}
+
+int tt_store_register_memory(struct tt_store *s, void *addr, size_t len)
+{
+	return tt_engine_register(s->eng, addr, len);
+}
+
+/* A memory map of one block held contiguously at @buf, (layer, span) order. */
+struct flat_map {
+	struct tt_memmap map;
+	uint64_t *base;
+	uint64_t *stride;
+};
+
+static int flat_map_init(struct flat_map *f, const struct tt_geometry *g,
+			 const void *buf)
+{
+	uint32_t R = tt_objs_per_slot(g);
+
+	f->base = malloc(R * sizeof(*f->base));
+	f->stride = calloc(R, sizeof(*f->stride));
+	if (!f->base || !f->stride) {
+		free(f->base);
+		free(f->stride);
+		return tt_seterr(-ENOMEM, "out of memory");
+	}
+	for (uint32_t i = 0; i < R; i++)
+		f->base[i] = (uint64_t)(uintptr_t)buf + (uint64_t)i * g->span_bytes;
+	f->map.n_layers = g->n_layers;
+	f->map.n_spans = g->n_spans;
+	f->map.base = f->base;
+	f->map.stride = f->stride;
+	return 0;
+}
+
+static void flat_map_free(struct flat_map *f)
+{
+	free(f->base);
+	free(f->stride);
+}
+
+static int block_len_ok(const struct tt_geometry *g, size_t len)
+{
+	uint64_t want = (uint64_t)tt_objs_per_slot(g) * g->span_bytes;
+
+	if (len != want)
+		return tt_seterr(-EINVAL, "block is %llu bytes, this store's blocks are %llu",
+				 (unsigned long long)len, (unsigned long long)want);
+	return 0;
+}
+
+/* Move one block through a transaction, all layers. */
+static int one_block(struct tt_store *s, struct tt_txn *t, const void *buf)
+{
+	struct flat_map f;
+	uint32_t zero = 0;
+	int32_t status = 0;
+	int ret;
+
+	ret = flat_map_init(&f, &s->geo, buf);
+	if (ret) {
+		tt_txn_abort(t);
+		return ret;
+	}
+	for (uint32_t l = 0; l < s->geo.n_layers && !ret; l++)
+		ret = tt_txn_layer(t, l, &f.map, &zero);
+	if (ret) {
+		tt_txn_abort(t);
+		flat_map_free(&f);
+		return ret;
+	}
+	ret = tt_txn_finish(t, &status);
+	flat_map_free(&f);
+	if (ret < 0)
+		return ret;
+	if (status == -EBADMSG)
+		return tt_seterr(-EBADMSG, "stored block is corrupt (checksum mismatch); "
+				 "it was dropped");
+	if (status)
+		return tt_seterr(status, "block I/O failed: %s", strerror(-status));
+	return 0;
+}
+
+int tt_store_put(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
+		 const void *buf, size_t len)
+{
+	struct tt_txn *t;
+	int present, ret;
+
+	tt_clearerr();
+	ret = block_len_ok(&s->geo, len);
+	if (ret)
+		return ret;
+	ret = tt_store_write_begin(s, key, 1, &t);
+	if (ret)
+		return ret;
+	tt_txn_slot(t, 0, &present);
+	if (present)
+		return tt_txn_finish(t, NULL) < 0 ? -EIO : 0;
+	return one_block(s, t, buf);
+}
+
+int tt_store_get(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
+		 void *buf, size_t len)
+{
+	struct tt_txn *t;
+	int64_t slot;
+	int ret;
+
+	tt_clearerr();
+	ret = block_len_ok(&s->geo, len);
+	if (ret)
+		return ret;
+	if (tt_store_lookup(s, key, 1, &slot) == 0)
+		return tt_seterr(-ENOENT, "key not in the store");
+	ret = tt_store_read_begin(s, &slot, 1, &t);
+	if (ret)
+		return ret;
+	return one_block(s, t, buf);
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The store's private state, shared by its source files (not installed). */
+#ifndef TT_STORE_IMPL_H
+#define TT_STORE_IMPL_H
+
+#include <stdint.h>
+
+#include "tutti/store.h"
+#include "../support/member.h"
+
+/* In-memory slot states; the disk only knows EMPTY and COMMITTED. */
+enum tt_slot_state {
+	TT_MS_FREE = 0,		/* empty on disk, on the free stack */
+	TT_MS_COMMITTED,	/* indexed, on the LRU list */
+	TT_MS_WRITING,		/* owned by a write transaction */
+	TT_MS_BAD,		/* damaged record: never served, kept for check */
+	TT_MS_DROPPED,		/* emptied while pinned: freed at last unpin */
+};
+
+#define TT_NIL UINT32_MAX
+
+struct tt_slots {
+	uint64_t n;
+	struct tt_slot_record *rec;	/* the on-disk table, 4 KiB aligned */
+	uint8_t *state;
+	uint32_t *pins;			/* open transactions using the slot */
+	uint32_t *prev, *next;		/* LRU list of committed slots */
+	uint32_t lru_head, lru_tail;	/* head = least recently used */
+	uint32_t *free;			/* stack of free slots */
+	uint64_t n_free;
+	uint32_t *ht;			/* key index: slot + 1, 0 = empty */
+	uint64_t ht_mask;
+	uint64_t n_committed;
+	uint64_t n_bad;
+	uint64_t next_seq;
+	uint8_t *dirty;			/* one flag per table page */
+};
+
+struct tt_store {
+	struct tt_member members[TT_MAX_MEMBERS];
+	unsigned n_members;
+	uint32_t flags;			/* TT_OPEN_* */
+	struct tt_superblock sb;
+	struct tt_geometry geo;
+	struct tt_engine *eng;
+	struct tt_slots slots;
+	uint32_t mem_align;		/* O_DIRECT memory alignment */
+	struct tt_txn *txns;		/* open transactions */
+	struct tt_store_stats st;
+};
+
+/* checksum.c */
+uint64_t tt_sum_object(const void *p, uint32_t len, uint32_t obj_index);
+uint64_t tt_sum_combine(const uint64_t *sums, uint32_t n);
+uint64_t tt_sum_record(const struct tt_slot_record *r, uint64_t slot);
+uint64_t tt_sum_superblock(const struct tt_superblock *sb);
+uint64_t tt_sum_fingerprint(const struct tt_fingerprint *fp);
+
+/* superblock.c */
+void tt_sb_fill(struct tt_superblock *sb, const struct tt_format_params *p,
+		const struct tt_geometry *g, uint64_t need, const uint8_t uuid[16]);
+int tt_sb_read(struct tt_member *m, struct tt_superblock *sb);
+int tt_sb_write(struct tt_member *m, const struct tt_superblock *sb);
+void tt_sb_geometry(const struct tt_superblock *sb, struct tt_geometry *g);
+int tt_fp_compare(const struct tt_fingerprint *have, const struct tt_fingerprint *want);
+
+/* slots.c */
+int tt_slots_load(struct tt_store *s);
+void tt_slots_free(struct tt_slots *t);
+int64_t tt_slots_find(struct tt_slots *t, const uint8_t *key);
+void tt_slots_touch(struct tt_slots *t, uint64_t slot);
+int64_t tt_slots_alloc(struct tt_store *s, int *evicted);
+void tt_slots_release(struct tt_slots *t, uint64_t slot);
+void tt_slots_unpin(struct tt_slots *t, uint64_t slot);
+void tt_slots_set_empty(struct tt_store *s, uint64_t slot, enum tt_slot_state st);
+void tt_slots_commit(struct tt_store *s, uint64_t slot, const uint8_t *key,
+		     uint64_t data_sum);
+int tt_slots_sync(struct tt_store *s, int flush);
+int tt_slot_record_ok(const struct tt_store *s, uint64_t slot);
+
+/* txn.c */
+void tt_txn_abort_all(struct tt_store *s);
+void tt_txn_keep_bad(struct tt_txn *t);
+
+#endif

@@ -1,0 +1,494 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Transactions: blocks moving layer by layer between memory and the store.
+ *
+ * Write order (what makes a crash at any point safe):
+ *   1. victims of eviction get an EMPTY record, flushed, before any of their
+ *      bytes change (write_begin);
+ *   2. data objects are written (one batch per layer), then flushed;
+ *   3. commit records (key, generation, checksum) are written and flushed.
+ * A crash before 3 leaves the slot EMPTY or still holding the old, intact
+ * block; a record is only ever written for data already durable.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tutti/error.h"
+#include "store_impl.h"
+#include "../support/util.h"
+
+enum { LAYER_IDLE = 0, LAYER_SUBMITTED, LAYER_DONE };
+
+struct tt_txn {
+	struct tt_store *s;
+	struct tt_txn *next;		/* store's list of open transactions */
+	int write;
+	int keep_bad;			/* check: report, do not drop */
+	unsigned n;
+	int64_t *slot;
+	uint8_t *present;		/* write: already stored, skipped */
+	uint8_t *keys;			/* write: n * TT_KEY_BYTES */
+	int32_t *status;
+	uint64_t *sums;			/* n * objs_per_slot object checksums */
+	uint64_t *expect;		/* read: record checksums at begin */
+	uint8_t *layer_state;
+	struct tt_batch *batch;		/* one per layer */
+	struct tt_io **ios;		/* per layer, n * n_spans */
+	uint8_t **stage;		/* per layer bounce area, if needed */
+	char ***dst;			/* per layer: final memory of each io */
+};
+
+static void txn_unlink(struct tt_txn *t)
+{
+	struct tt_txn **pp = &t->s->txns;
+
+	while (*pp && *pp != t)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = t->next;
+}
+
+static void txn_free(struct tt_txn *t)
+{
+	uint32_t L = t->s->geo.n_layers;
+
+	for (uint32_t l = 0; l < L; l++) {
+		if (t->ios)
+			free(t->ios[l]);
+		if (t->stage)
+			free(t->stage[l]);
+		if (t->dst)
+			free(t->dst[l]);
+	}
+	free(t->ios);
+	free(t->stage);
+	free(t->dst);
+	free(t->batch);
+	free(t->layer_state);
+	free(t->sums);
+	free(t->expect);
+	free(t->status);
+	free(t->keys);
+	free(t->present);
+	free(t->slot);
+	free(t);
+}
+
+static struct tt_txn *txn_new(struct tt_store *s, unsigned n, int write)
+{
+	uint32_t L = s->geo.n_layers;
+	struct tt_txn *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	t->s = s;
+	t->n = n;
+	t->write = write;
+	t->slot = calloc(n ? n : 1, sizeof(*t->slot));
+	t->present = calloc(n ? n : 1, 1);
+	t->status = calloc(n ? n : 1, sizeof(*t->status));
+	t->sums = calloc((size_t)(n ? n : 1) * tt_objs_per_slot(&s->geo), sizeof(*t->sums));
+	t->layer_state = calloc(L, 1);
+	t->batch = calloc(L, sizeof(*t->batch));
+	t->ios = calloc(L, sizeof(*t->ios));
+	t->stage = calloc(L, sizeof(*t->stage));
+	t->dst = calloc(L, sizeof(*t->dst));
+	if (write)
+		t->keys = malloc((size_t)(n ? n : 1) * TT_KEY_BYTES);
+	else
+		t->expect = calloc(n ? n : 1, sizeof(*t->expect));
+	if ((!write && !t->expect) || !t->slot || !t->present || !t->status || !t->sums || !t->layer_state ||
+	    !t->batch || !t->ios || !t->stage || !t->dst || (write && !t->keys)) {
+		txn_free(t);
+		return NULL;
+	}
+	return t;
+}
+
+static void txn_register(struct tt_txn *t)
+{
+	t->next = t->s->txns;
+	t->s->txns = t;
+}
+
+/* Undo what a write transaction holds: slots back to free, pins dropped. */
+static void txn_release(struct tt_txn *t)
+{
+	struct tt_slots *sl = &t->s->slots;
+
+	for (unsigned i = 0; i < t->n; i++) {
+		int64_t slot = t->slot[i];
+
+		if (slot < 0)
+			continue;
+		if (t->write && !t->present[i])
+			tt_slots_release(sl, (uint64_t)slot);
+		else
+			tt_slots_unpin(sl, (uint64_t)slot);
+		t->slot[i] = -1;
+	}
+}
+
+int tt_store_write_begin(struct tt_store *s, const uint8_t *keys, unsigned n,
+			 struct tt_txn **out)
+{
+	struct tt_slots *sl = &s->slots;
+	struct tt_txn *t;
+	int any_evicted = 0, ret;
+
+	if (s->flags & TT_OPEN_RDONLY)
+		return tt_seterr(-EROFS, "store is open read-only");
+	t = txn_new(s, n, 1);
+	if (!t)
+		return tt_seterr(-ENOMEM, "out of memory");
+	memcpy(t->keys, keys, (size_t)n * TT_KEY_BYTES);
+	for (unsigned i = 0; i < n; i++)
+		t->slot[i] = -1;
+	for (unsigned i = 0; i < n; i++) {
+		const uint8_t *key = keys + (size_t)i * TT_KEY_BYTES;
+		int64_t slot = tt_slots_find(sl, key);
+		int evicted;
+
+		for (unsigned j = 0; slot < 0 && j < i; j++)	/* same key twice */
+			if (!memcmp(t->keys + (size_t)j * TT_KEY_BYTES, key, TT_KEY_BYTES))
+				slot = t->slot[j];
+		if (slot >= 0) {
+			t->present[i] = 1;
+			t->slot[i] = slot;
+			sl->pins[slot]++;
+			tt_slots_touch(sl, (uint64_t)slot);
+			continue;
+		}
+		slot = tt_slots_alloc(s, &evicted);
+		if (slot < 0) {
+			ret = tt_seterr(-ENOSPC, "no slot free: all %llu slots are in use by "
+					"open transactions", (unsigned long long)sl->n);
+			goto fail;
+		}
+		any_evicted |= evicted;
+		t->slot[i] = slot;
+	}
+	/* Victims must be EMPTY on disk before their bytes are overwritten. */
+	if (any_evicted) {
+		ret = tt_slots_sync(s, 1);
+		if (ret)
+			goto fail;
+	}
+	txn_register(t);
+	*out = t;
+	return 0;
+fail:
+	txn_release(t);
+	txn_free(t);
+	return ret;
+}
+
+int tt_store_read_begin(struct tt_store *s, const int64_t *slots, unsigned n,
+			struct tt_txn **out)
+{
+	struct tt_slots *sl = &s->slots;
+	struct tt_txn *t;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (slots[i] < 0 || (uint64_t)slots[i] >= sl->n)
+			return tt_seterr(-ERANGE, "slot %lld out of range (store has %llu)",
+					 (long long)slots[i], (unsigned long long)sl->n);
+		if (sl->state[slots[i]] != TT_MS_COMMITTED)
+			return tt_seterr(-ENOENT, "slot %lld holds no block",
+					 (long long)slots[i]);
+	}
+	t = txn_new(s, n, 0);
+	if (!t)
+		return tt_seterr(-ENOMEM, "out of memory");
+	for (unsigned i = 0; i < n; i++) {
+		t->slot[i] = slots[i];
+		/* Judge the bytes against the record they were asked for. */
+		t->expect[i] = sl->rec[slots[i]].data_sum;
+		sl->pins[slots[i]]++;
+	}
+	txn_register(t);
+	*out = t;
+	return 0;
+}
+
+int64_t tt_txn_slot(const struct tt_txn *t, unsigned i, int *present)
+{
+	if (i >= t->n)
+		return -1;
+	if (present)
+		*present = t->present[i];
+	return t->slot[i];
+}
+
+/* Can the engine move this object straight from/to @addr? */
+static int direct_ok(const struct tt_store *s, uint64_t addr, uint64_t stride)
+{
+	uint32_t a = s->mem_align;
+
+	return s->geo.span_bytes == s->geo.obj_stride && addr % a == 0 && stride % a == 0;
+}
+
+static int cmp_io(const void *x, const void *y)
+{
+	const struct tt_io *a = x, *b = y;
+
+	if (a->member != b->member)
+		return a->member < b->member ? -1 : 1;
+	return a->off < b->off ? -1 : a->off > b->off;
+}
+
+int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
+		 const uint32_t *block_ids)
+{
+	struct tt_store *s = t->s;
+	const struct tt_geometry *g = &s->geo;
+	uint32_t S = g->n_spans, R = tt_objs_per_slot(g);
+	unsigned n_io = 0, bounce = 0;
+	struct tt_io *ios;
+	char **dst;
+	int ret;
+
+	if (layer >= g->n_layers)
+		return tt_seterr(-ERANGE, "layer %u out of range (store has %u)", layer,
+				 g->n_layers);
+	if (t->layer_state[layer] != LAYER_IDLE)
+		return tt_seterr(-EALREADY, "layer %u already submitted", layer);
+	if (mem->n_layers != g->n_layers || mem->n_spans != S)
+		return tt_seterr(-EINVAL, "memory map has %u layers x %u spans, store %u x %u",
+				 mem->n_layers, mem->n_spans, g->n_layers, S);
+	for (uint32_t k = 0; k < S; k++) {
+		uint32_t m = tt_obj_index(g, layer, k);
+
+		if (!direct_ok(s, mem->base[m], mem->stride[m]))
+			bounce = 1;
+	}
+	ios = calloc((size_t)t->n * S + 1, sizeof(*ios));
+	dst = calloc((size_t)t->n * S + 1, sizeof(*dst));
+	if (!ios || !dst) {
+		free(ios);
+		free(dst);
+		return tt_seterr(-ENOMEM, "out of memory");
+	}
+	if (bounce) {
+		t->stage[layer] = tt_alloc_aligned((size_t)t->n * S * g->obj_stride);
+		if (!t->stage[layer]) {
+			free(ios);
+			free(dst);
+			return tt_seterr(-ENOMEM, "out of memory for a bounce buffer");
+		}
+	}
+	for (unsigned i = 0; i < t->n; i++) {
+		if (t->present[i])
+			continue;
+		for (uint32_t k = 0; k < S; k++) {
+			uint32_t m = tt_obj_index(g, layer, k);
+			char *mp = (char *)(uintptr_t)(mem->base[m] + block_ids[i] * mem->stride[m]);
+			struct tt_extent e = tt_locate(g, (uint64_t)t->slot[i], layer, k);
+			struct tt_io *io = &ios[n_io];
+			char *buf = mp;
+
+			if (bounce)
+				buf = (char *)t->stage[layer] + ((size_t)i * S + k) * g->obj_stride;
+			if (t->write) {
+				t->sums[(size_t)i * R + m] = tt_sum_object(mp, g->span_bytes, m);
+				if (bounce)
+					memcpy(buf, mp, g->span_bytes);
+			}
+			io->buf = buf;
+			io->off = e.off;
+			io->len = bounce ? g->obj_stride : g->span_bytes;
+			io->member = (uint16_t)e.member;
+			io->op = t->write ? TT_OP_WRITE : TT_OP_READ;
+			io->tag = i * S + k;
+			dst[io->tag] = mp;
+			n_io++;
+		}
+	}
+	/* Disk order: adjacent objects merge into large requests. */
+	qsort(ios, n_io, sizeof(*ios), cmp_io);
+	t->ios[layer] = ios;
+	t->dst[layer] = dst;
+	t->batch[layer].ios = ios;
+	t->batch[layer].n = n_io;
+	t->layer_state[layer] = LAYER_SUBMITTED;
+	ret = tt_engine_submit(s->eng, &t->batch[layer]);
+	if (ret) {
+		/* Nothing of this layer may count as written. */
+		for (unsigned j = 0; j < n_io; j++)
+			if (ios[j].res > 0)
+				ios[j].res = ret;
+		tt_engine_wait(s->eng, &t->batch[layer]);
+		t->layer_state[layer] = LAYER_DONE;
+		return ret;
+	}
+	return 0;
+}
+
+int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
+{
+	struct tt_store *s = t->s;
+	const struct tt_geometry *g = &s->geo;
+	uint32_t S = g->n_spans, R = tt_objs_per_slot(g);
+	struct tt_batch *b;
+	int ret;
+
+	if (layer >= g->n_layers)
+		return tt_seterr(-ERANGE, "layer %u out of range", layer);
+	if (t->layer_state[layer] == LAYER_IDLE)
+		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
+	b = &t->batch[layer];
+	ret = tt_engine_wait(s->eng, b);
+	if (t->layer_state[layer] == LAYER_DONE)
+		return ret;
+	t->layer_state[layer] = LAYER_DONE;
+	for (uint32_t j = 0; j < b->n; j++) {
+		const struct tt_io *io = &b->ios[j];
+		unsigned i = io->tag / S, k = io->tag % S;
+		uint32_t m = tt_obj_index(g, layer, k);
+		char *mp = t->dst[layer][io->tag];
+
+		if (io->res) {
+			if (!t->status[i])
+				t->status[i] = -EIO;
+			continue;
+		}
+		if (t->write)
+			continue;
+		if (io->buf != mp)
+			memcpy(mp, io->buf, g->span_bytes);
+		if (!(s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad)
+			t->sums[(size_t)i * R + m] = tt_sum_object(mp, g->span_bytes, m);
+	}
+	if (ret)
+		tt_seterr(ret, "I/O error in layer %u: %s", layer, strerror(-ret));
+	return ret;
+}
+
+/* Per block: did every layer complete without an I/O error? */
+static void txn_collect(struct tt_txn *t)
+{
+	for (uint32_t l = 0; l < t->s->geo.n_layers; l++) {
+		if (t->layer_state[l] == LAYER_SUBMITTED)
+			tt_txn_wait_layer(t, l);
+		if (t->layer_state[l] == LAYER_IDLE)
+			for (unsigned i = 0; i < t->n; i++)
+				if (!t->status[i] && !t->present[i])
+					t->status[i] = -ENODATA;
+	}
+}
+
+static int finish_write(struct tt_txn *t)
+{
+	struct tt_store *s = t->s;
+	struct tt_slots *sl = &s->slots;
+	uint32_t R = tt_objs_per_slot(&s->geo);
+	int ret, ok = 0, to_commit = 0;
+
+	for (unsigned i = 0; i < t->n; i++)
+		to_commit += !t->present[i] && !t->status[i];
+	/* Data durable before any record points at it. */
+	ret = to_commit ? tt_engine_flush(s->eng) : 0;
+	for (unsigned i = 0; i < t->n; i++) {
+		const uint8_t *key = t->keys + (size_t)i * TT_KEY_BYTES;
+		uint64_t slot = (uint64_t)t->slot[i];
+
+		if (t->present[i]) {
+			tt_slots_unpin(sl, slot);
+			ok++;
+			continue;
+		}
+		if (ret && !t->status[i])
+			t->status[i] = ret;
+		/* Another transaction committed the same key meanwhile. */
+		if (!t->status[i] && tt_slots_find(sl, key) >= 0) {
+			t->present[i] = 1;
+			tt_slots_release(sl, slot);
+			ok++;
+			continue;
+		}
+		if (t->status[i]) {
+			tt_slots_release(sl, slot);
+			continue;
+		}
+		tt_slots_commit(s, slot, key, tt_sum_combine(&t->sums[(size_t)i * R], R));
+		s->st.commits++;
+		s->st.blocks_written++;
+		ok++;
+	}
+	t->n = 0;	/* slots now belong to the table */
+	if (ret)
+		return ret;
+	ret = tt_slots_sync(s, 1);
+	return ret ? ret : ok;
+}
+
+static int finish_read(struct tt_txn *t)
+{
+	struct tt_store *s = t->s;
+	struct tt_slots *sl = &s->slots;
+	uint32_t R = tt_objs_per_slot(&s->geo);
+	int verify = !(s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad;
+	int ok = 0, dropped = 0;
+
+	for (unsigned i = 0; i < t->n; i++) {
+		uint64_t slot = (uint64_t)t->slot[i];
+
+		if (!t->status[i] && verify &&
+		    tt_sum_combine(&t->sums[(size_t)i * R], R) != t->expect[i])
+			t->status[i] = -EBADMSG;
+		if (t->status[i] == -EBADMSG) {
+			s->st.corrupt_blocks++;
+			if (!t->keep_bad && sl->state[slot] == TT_MS_COMMITTED &&
+			    sl->rec[slot].data_sum == t->expect[i]) {
+				/* Never serve it again; durable unless read-only. */
+				tt_slots_set_empty(s, slot, TT_MS_DROPPED);
+				dropped++;
+			}
+		}
+		tt_slots_unpin(sl, slot);
+		if (!t->status[i]) {
+			s->st.blocks_read++;
+			ok++;
+		}
+	}
+	t->n = 0;
+	if (dropped && !(s->flags & TT_OPEN_RDONLY))
+		tt_slots_sync(s, 1);
+	return ok;
+}
+
+int tt_txn_finish(struct tt_txn *t, int32_t *status)
+{
+	unsigned n = t->n;
+	int ret;
+
+	txn_collect(t);
+	ret = t->write ? finish_write(t) : finish_read(t);
+	if (status)
+		memcpy(status, t->status, (size_t)n * sizeof(*status));
+	txn_unlink(t);
+	txn_free(t);
+	return ret;
+}
+
+void tt_txn_abort(struct tt_txn *t)
+{
+	/* In-flight I/O must land before its memory and slots are reused. */
+	for (uint32_t l = 0; l < t->s->geo.n_layers; l++)
+		if (t->layer_state[l] == LAYER_SUBMITTED)
+			tt_engine_wait(t->s->eng, &t->batch[l]);
+	txn_release(t);
+	txn_unlink(t);
+	txn_free(t);
+}
+
+void tt_txn_abort_all(struct tt_store *s)
+{
+	while (s->txns)
+		tt_txn_abort(s->txns);
+}
+
+void tt_txn_keep_bad(struct tt_txn *t)
+{
+	t->keep_bad = 1;
+}

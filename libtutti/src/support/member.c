@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Opening members safely: O_DIRECT where the filesystem allows it, an
+ * exclusive claim on block devices (the kernel refuses it while mounted or
+ * used by another holder), and an flock so two processes never write one
+ * store unless they asked to share it.
+ */
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tutti/error.h"
+#include "member.h"
+
+static uint32_t dio_mem_align(int fd, int is_blk)
+{
+#ifdef STATX_DIOALIGN
+	struct statx stx;
+
+	if (!statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) &&
+	    (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_mem_align)
+		return stx.stx_dio_mem_align < 512 ? 512 : stx.stx_dio_mem_align;
+#endif
+	if (is_blk) {
+		int lbs = 0;
+
+		if (!ioctl(fd, BLKSSZGET, &lbs) && lbs >= 512)
+			return (uint32_t)lbs;
+	}
+	return 4096;
+}
+
+int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
+{
+	int wr = flags & TT_MEMBER_WRITE;
+	int oflags = (wr ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+	struct stat st;
+	int fd;
+
+	memset(m, 0, sizeof(*m));
+	m->fd = -1;
+	if (strlen(path) >= TT_PATH_MAX)
+		return tt_seterr(-ENAMETOOLONG, "%s: path too long", path);
+	snprintf(m->path, sizeof(m->path), "%s", path);
+
+	if (stat(path, &st)) {
+		if (errno != ENOENT || !(flags & TT_MEMBER_CREATE))
+			return tt_seterr(-errno, "%s: %s", path, strerror(errno));
+		oflags |= O_CREAT | O_EXCL;
+		m->created = 1;
+	} else if (S_ISBLK(st.st_mode)) {
+		m->is_blk = 1;
+		/* O_EXCL on a block device: fails with EBUSY while mounted. */
+		if (wr && !(flags & TT_MEMBER_NOLOCK))
+			oflags |= O_EXCL;
+	} else if (!S_ISREG(st.st_mode)) {
+		return tt_seterr(-EINVAL, "%s: not a regular file or block device", path);
+	}
+
+	fd = open(path, oflags | O_DIRECT, 0644);
+	if (fd < 0 && errno == EINVAL && !m->is_blk) {
+		/* Filesystem without O_DIRECT (tmpfs): buffered + fdatasync. */
+		fd = open(path, oflags, 0644);
+	} else if (fd >= 0) {
+		m->direct = 1;
+	}
+	if (fd < 0) {
+		int err = errno;
+
+		if (err == EBUSY)
+			return tt_seterr(-EBUSY, "%s: device is mounted or in use", path);
+		return tt_seterr(-err, "%s: %s", path, strerror(err));
+	}
+	m->fd = fd;
+
+	if (!(flags & TT_MEMBER_NOLOCK) &&
+	    flock(fd, (wr ? LOCK_EX : LOCK_SH) | LOCK_NB)) {
+		int err = errno;
+
+		tt_member_close(m);
+		if (err == EWOULDBLOCK)
+			return tt_seterr(-EBUSY, "%s: store is in use by another process", path);
+		return tt_seterr(-err, "%s: lock: %s", path, strerror(err));
+	}
+
+	if (m->is_blk) {
+		if (ioctl(fd, BLKGETSIZE64, &m->size)) {
+			int err = errno;
+
+			tt_member_close(m);
+			return tt_seterr(-err, "%s: size: %s", path, strerror(err));
+		}
+	} else {
+		if (fstat(fd, &st)) {
+			int err = errno;
+
+			tt_member_close(m);
+			return tt_seterr(-err, "%s: %s", path, strerror(err));
+		}
+		m->size = (uint64_t)st.st_size;
+	}
+	m->mem_align = m->direct ? dio_mem_align(fd, m->is_blk) : 1;
+	return 0;
+}
+
+void tt_member_close(struct tt_member *m)
+{
+	/*
+	 * Unlock explicitly: io_uring may still hold a reference to the file
+	 * for a moment after its ring is torn down, and the lock would
+	 * outlive close() until then.
+	 */
+	if (m->fd >= 0) {
+		flock(m->fd, LOCK_UN);
+		close(m->fd);
+	}
+	m->fd = -1;
+}
+
+int tt_member_resize(struct tt_member *m, uint64_t size)
+{
+	if (m->is_blk)
+		return 0;
+	if (ftruncate(m->fd, (off_t)size))
+		return tt_seterr(-errno, "%s: resize to %llu bytes: %s", m->path,
+				 (unsigned long long)size, strerror(errno));
+	m->size = size;
+	return 0;
+}
+
+static int member_io(struct tt_member *m, void *buf, uint64_t len, uint64_t off,
+		     int wr)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		ssize_t n = wr ? pwrite(m->fd, (char *)buf + done, len - done, (off_t)(off + done))
+			       : pread(m->fd, (char *)buf + done, len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return tt_seterr(-errno, "%s: %s at offset %llu: %s", m->path,
+					 wr ? "write" : "read",
+					 (unsigned long long)(off + done), strerror(errno));
+		if (n == 0)
+			return tt_seterr(-EIO, "%s: unexpected end of file at offset %llu",
+					 m->path, (unsigned long long)(off + done));
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+int tt_member_pread(struct tt_member *m, void *buf, uint64_t len, uint64_t off)
+{
+	return member_io(m, buf, len, off, 0);
+}
+
+int tt_member_pwrite(struct tt_member *m, const void *buf, uint64_t len, uint64_t off)
+{
+	return member_io(m, (void *)buf, len, off, 1);
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install what Tutti needs on a fresh Debian/Ubuntu machine, idempotently.
+#   bootstrap.sh deps   system packages (liburing, xxhash headers, fio, ...)
+#   bootstrap.sh venv   .venv with the tutti package (and test extras)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PY:-python3}
+
+APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs)
+
+need_pkgs() {
+	local missing=()
+	for p in "${APT_PKGS[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+	done
+	echo "${missing[@]:-}"
+}
+
+deps() {
+	local missing
+	missing=$(need_pkgs)
+	[ -z "$missing" ] && return 0
+	if ! command -v apt-get >/dev/null; then
+		echo "bootstrap: install these packages with your package manager: $missing" >&2
+		exit 1
+	fi
+	local sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	echo "bootstrap: installing $missing"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+}
+
+venv() {
+	if [ ! -x "$VENV/bin/python" ]; then
+		"$PY" -m venv "$VENV"
+		"$VENV/bin/pip" install -q --upgrade pip
+	fi
+	# Rebuild the extension whenever the C sources changed since the last install.
+	local stamp="$VENV/.tutti-src-stamp" now
+	now=$(cat pyproject.toml setup.py $(find libtutti/src libtutti/include python -name '*.[ch]' -o -name '*.py' | sort) | sha1sum | cut -d' ' -f1)
+	if [ "$(cat "$stamp" 2>/dev/null)" != "$now" ]; then
+		"$VENV/bin/pip" install -q ".[test]"
+		echo "$now" >"$stamp"
+	fi
+}
+
+case "${1:-}" in
+deps) deps ;;
+venv) deps; venv ;;
+*) echo "usage: $0 deps|venv" >&2; exit 2 ;;
+esac
