@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Description: engines move batches bit-exactly, merge ios adjacent on disk
+ * into one request (also when their memory is scattered), respect the
+ * request size limit, report errors per io, and batches larger than the
+ * ring still complete.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tutti/tutti.h"
+#include "tap.h"
+
+#define OBJ 4096u
+
+static void run(const char *name, int fd)
+{
+	struct tt_engine_params ep = { .queue_depth = 8, .max_req_bytes = 16 * OBJ };
+	enum { N = 200 };
+	struct tt_io ios[N];
+	struct tt_batch b = { .ios = ios, .n = N };
+	struct tt_engine_stats st;
+	struct tt_engine *e;
+	uint8_t *src = aligned_alloc(OBJ, (size_t)N * OBJ);
+	uint8_t *dst = aligned_alloc(OBJ, (size_t)2 * N * OBJ);
+	int ok = 1;
+
+	tap_eq(tt_engine_open(name, &fd, 1, &ep, &e), 0, "[%s] open", name);
+	tap_ok(!strcmp(tt_engine_name(e), name), "[%s] is %s", name, tt_engine_name(e));
+	for (unsigned i = 0; i < N * OBJ; i++)
+		src[i] = (uint8_t)(i * 31 + i / OBJ);
+	/* Write N objects contiguous on disk, from contiguous memory. */
+	for (unsigned i = 0; i < N; i++)
+		ios[i] = (struct tt_io){ .buf = src + (size_t)i * OBJ, .off = (uint64_t)i * OBJ,
+					 .len = OBJ, .op = TT_OP_WRITE };
+	tap_eq(tt_engine_submit(e, &b), 0, "[%s] submit write", name);
+	tap_eq(tt_engine_wait(e, &b), 0, "[%s] write batch ok", name);
+	tap_eq(b.reqs, (N + 15) / 16, "[%s] %u objects merged into %u requests", name, N, b.reqs);
+
+	/* Read back into scattered memory (every other object slot, reversed). */
+	for (unsigned i = 0; i < N; i++)
+		ios[i] = (struct tt_io){ .buf = dst + (size_t)(2 * (N - 1 - i)) * OBJ,
+					 .off = (uint64_t)i * OBJ, .len = OBJ, .op = TT_OP_READ };
+	tt_engine_submit(e, &b);
+	tap_eq(tt_engine_wait(e, &b), 0, "[%s] scattered read ok", name);
+	tap_eq(b.reqs, (N + 15) / 16, "[%s] scattered memory still merges", name);
+	for (unsigned i = 0; i < N; i++)
+		if (memcmp(src + (size_t)i * OBJ, dst + (size_t)(2 * (N - 1 - i)) * OBJ, OBJ))
+			ok = 0;
+	tap_ok(ok, "[%s] bit-exact", name);
+	for (unsigned i = 0; i < N; i++)
+		ok &= ios[i].res == 0;
+	tap_ok(ok, "[%s] every io reports success", name);
+
+	/* Past the end of the file: that io fails, the others succeed. */
+	ios[0] = (struct tt_io){ .buf = dst, .off = 0, .len = OBJ, .op = TT_OP_READ };
+	ios[1] = (struct tt_io){ .buf = dst + OBJ, .off = (uint64_t)(N + 100) * OBJ,
+				 .len = OBJ, .op = TT_OP_READ };
+	b.n = 2;
+	tt_engine_submit(e, &b);
+	tap_ok(tt_engine_wait(e, &b) < 0, "[%s] read past the end fails", name);
+	tap_ok(ios[0].res == 0 && ios[1].res < 0, "[%s] failure is per io (%d, %d)", name,
+	       ios[0].res, ios[1].res);
+	tap_eq(tt_engine_flush(e), 0, "[%s] flush", name);
+	tt_engine_get_stats(e, &st);
+	tap_eq(st.bytes_written, (unsigned long long)N * OBJ, "[%s] bytes written counted", name);
+	tt_engine_close(e);
+	free(src);
+	free(dst);
+}
+
+int main(void)
+{
+	char path[] = "/tmp/tutti-engine-XXXXXX";
+	int fd = mkstemp(path), dfd;
+	struct tt_engine *e;
+
+	if (fd < 0)
+		return 1;
+	dfd = open(path, O_RDWR | O_DIRECT);
+	if (dfd < 0)
+		dfd = fd;	/* filesystem without O_DIRECT */
+	run("uring", dfd);
+	run("psync", dfd);
+	tap_eq(tt_engine_open("nosuch", &dfd, 1, NULL, &e), (unsigned long long)-EINVAL,
+	       "unknown engine: %s", tt_errmsg());
+	tap_eq(tt_engine_open("auto", &dfd, 0, NULL, &e), (unsigned long long)-EINVAL,
+	       "zero members rejected");
+	unlink(path);
+	return tap_done();
+}
