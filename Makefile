@@ -43,7 +43,7 @@ $(BUILD)/tests/%: libtutti/tests/%.c $(BUILD)/libtutti.a $(wildcard libtutti/tes
 	$(CC) $(CFLAGS_COMMON) $< -o $@ $(BUILD)/libtutti.a $(LIBS)
 
 ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
-	@fail=0; for t in $^; do echo "# $$t"; ./$$t || fail=1; done; \
+	@fail=0; for t in $(abspath $^); do echo "# $$t"; $$t || fail=1; done; \
 	if [ $$fail -ne 0 ]; then echo "C unit tests: FAILED"; exit 1; fi; echo "C unit tests: all passed"
 
 cuda-check:

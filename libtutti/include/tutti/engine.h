@@ -95,7 +95,9 @@ const char *tt_engine_name(const struct tt_engine *e);
  * @len: its length
  *
  * Optional: requests whose memory lies wholly inside a registered area
- * skip the per-I/O page pinning.  Return: 0 or a negative errno.
+ * skip the per-I/O page pinning.  The area stays pinned until the engine
+ * is closed and must stay mapped that long (the kernel would keep using
+ * the old pages).  Return: 0 or a negative errno.
  */
 int tt_engine_register(struct tt_engine *e, void *addr, size_t len);
 

@@ -279,6 +279,8 @@ int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count,
 
 /**
  * tt_store_register_memory() - register an area for fixed-buffer I/O
+ *
+ * The area must stay mapped until the store is closed.
  * Return: 0 or a negative errno (harmless: I/O works without it).
  */
 int tt_store_register_memory(struct tt_store *s, void *addr, size_t len);

@@ -11,7 +11,7 @@
 #include "tutti/error.h"
 #include "engine_impl.h"
 
-#define TT_URING_MAX_AREAS	64u
+#define TT_URING_MAX_AREAS	1024u	/* kernel allows 16K fixed buffers */
 #define TT_URING_AREA_MAX	(1ul << 30)	/* kernel limit per fixed buffer */
 
 struct uring_req {
@@ -183,24 +183,34 @@ static int uring_submit(struct tt_engine *e, struct tt_batch *b)
 static int uring_reg(struct tt_engine *e, void *addr, size_t len)
 {
 	struct uring *u = e->priv;
+	unsigned before = u->n_areas;
 	int ret;
 
 	/* A fixed buffer is at most 1 GiB: register big areas in pieces. */
 	for (size_t done = 0; done < len; done += TT_URING_AREA_MAX) {
-		if (u->n_areas == TT_URING_MAX_AREAS)
+		if (u->n_areas == TT_URING_MAX_AREAS) {
+			u->n_areas = before;
 			return tt_seterr(-ENOSPC, "uring: more than %u registered areas",
 					 TT_URING_MAX_AREAS);
+		}
 		u->areas[u->n_areas].iov_base = (char *)addr + done;
 		u->areas[u->n_areas].iov_len = (len - done < TT_URING_AREA_MAX ? len - done : TT_URING_AREA_MAX);
 		u->n_areas++;
 	}
+	/* The kernel takes the whole table at once: re-register all areas. */
 	if (u->registered)
 		io_uring_unregister_buffers(&u->ring);
 	ret = io_uring_register_buffers(&u->ring, u->areas, u->n_areas);
-	u->registered = ret == 0;
-	if (ret < 0)
-		return tt_seterr(ret, "io_uring buffer registration: %s (I/O still works)",
-				 strerror(-ret));
+	if (ret < 0) {
+		int err = ret;
+
+		u->n_areas = before;	/* keep what worked before */
+		ret = u->n_areas ? io_uring_register_buffers(&u->ring, u->areas, u->n_areas) : -1;
+		u->registered = ret == 0;
+		return tt_seterr(err, "io_uring buffer registration: %s (I/O still works)",
+				 strerror(-err));
+	}
+	u->registered = 1;
 	return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tutti/error.h"
@@ -18,6 +19,20 @@ static void close_members(struct tt_member *m, unsigned n, int unlink_created)
 	}
 }
 
+/* Is paths[i] one of the members already open (same name, link, "a//b")? */
+static int same_file_as(const char *const *paths, unsigned i, const struct tt_member *m)
+{
+	struct stat a, b;
+
+	if (stat(paths[i], &a))
+		return 0;	/* does not exist yet: tt_member_open() decides */
+	for (unsigned j = 0; j < i; j++)
+		if (!fstat(m[j].fd, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return tt_seterr(-EINVAL, "%s and %s are the same file", paths[j],
+					 paths[i]);
+	return 0;
+}
+
 static int open_members(const char *const *paths, unsigned n, unsigned mflags,
 			struct tt_member *m)
 {
@@ -27,10 +42,9 @@ static int open_members(const char *const *paths, unsigned n, unsigned mflags,
 	for (unsigned i = 0; i < n; i++) {
 		int ret;
 
-		for (unsigned j = 0; j < i; j++)
-			if (!strcmp(paths[i], paths[j]))
-				return tt_seterr(-EINVAL, "%s given twice", paths[i]);
-		ret = tt_member_open(paths[i], mflags, &m[i]);
+		ret = same_file_as(paths, i, m);
+		if (!ret)
+			ret = tt_member_open(paths[i], mflags, &m[i]);
 		if (ret) {
 			close_members(m, i, 1);
 			return ret;

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tutti/error.h"
@@ -33,6 +34,44 @@ static uint32_t dio_mem_align(int fd, int is_blk)
 			return (uint32_t)lbs;
 	}
 	return 4096;
+}
+
+/*
+ * A process killed with I/O in flight keeps its files (and so its flock and
+ * exclusive block-device claim) until the kernel finishes tearing down its
+ * io_uring, a few milliseconds later.  A restarted server must not fail on
+ * that, so busy is retried for a bounded time before it is believed.
+ */
+#define BUSY_RETRY_MS	1000
+#define BUSY_STEP_MS	10
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)ms * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int open_retry(const char *path, int oflags)
+{
+	for (unsigned waited = 0;; waited += BUSY_STEP_MS) {
+		int fd = open(path, oflags, 0644);
+
+		if (fd >= 0 || errno != EBUSY || waited >= BUSY_RETRY_MS)
+			return fd;
+		sleep_ms(BUSY_STEP_MS);
+	}
+}
+
+static int lock_retry(int fd, int op)
+{
+	for (unsigned waited = 0;; waited += BUSY_STEP_MS) {
+		if (!flock(fd, op | LOCK_NB))
+			return 0;
+		if (errno != EWOULDBLOCK || waited >= BUSY_RETRY_MS)
+			return -1;
+		sleep_ms(BUSY_STEP_MS);
+	}
 }
 
 int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
@@ -62,7 +101,7 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 		return tt_seterr(-EINVAL, "%s: not a regular file or block device", path);
 	}
 
-	fd = open(path, oflags | O_DIRECT, 0644);
+	fd = open_retry(path, oflags | O_DIRECT);
 	if (fd < 0 && errno == EINVAL && !m->is_blk) {
 		/* Filesystem without O_DIRECT (tmpfs): buffered + fdatasync. */
 		fd = open(path, oflags, 0644);
@@ -78,8 +117,7 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 	}
 	m->fd = fd;
 
-	if (!(flags & TT_MEMBER_NOLOCK) &&
-	    flock(fd, (wr ? LOCK_EX : LOCK_SH) | LOCK_NB)) {
+	if (!(flags & TT_MEMBER_NOLOCK) && lock_retry(fd, wr ? LOCK_EX : LOCK_SH)) {
 		int err = errno;
 
 		tt_member_close(m);

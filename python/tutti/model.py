@@ -1,0 +1,125 @@
+"""What a store holds: the model fingerprint and the store geometry.
+
+Plain dataclasses with no libtutti dependency, so configuration code (the CLI,
+a vLLM connector's scheduler side) can use them without loading the extension.
+"""
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Identity of the KV cache a store serves; a store never serves another model's KV.
+
+    ``kv_heads`` is per tensor-parallel rank: each rank keeps its own store.
+    """
+
+    model_id: str
+    dtype: str
+    n_layers: int
+    kv_heads: int
+    head_dim: int
+    block_size: int
+    tp_rank: int = 0
+    tp_size: int = 1
+
+    def __post_init__(self):
+        for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"fingerprint: {name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.tp_rank < self.tp_size:
+            raise ValueError(f"fingerprint: tp_rank {self.tp_rank} not in [0, tp_size={self.tp_size})")
+        if not self.model_id:
+            raise ValueError("fingerprint: model_id must not be empty")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_config(cls, path_or_dict, block_size=16, dtype=None, tp_rank=0, tp_size=1,
+                    model_id=None) -> "Fingerprint":
+        """Fingerprint of a Hugging Face model from its ``config.json``.
+
+        ``path_or_dict`` is the model directory, the config file, or the parsed
+        config.  The model id defaults to the config's ``_name_or_path``, then to
+        the model directory's name.
+        """
+        if isinstance(path_or_dict, dict):
+            config, where = path_or_dict, "config"
+        else:
+            path = os.fspath(path_or_dict)
+            if os.path.isdir(path):
+                path = os.path.join(path, "config.json")
+            try:
+                with open(path) as f:
+                    config = json.load(f)
+            except FileNotFoundError:
+                raise ValueError(f"{path}: no such model config") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: not valid JSON: {e}") from None
+            where = path
+            if model_id is None and not config.get("_name_or_path"):
+                model_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        # Multimodal configs keep the language model's shape in text_config.
+        if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
+            config = {**config, **config["text_config"]}
+
+        n_layers = config.get("num_hidden_layers")
+        if n_layers is None:
+            raise ValueError(f"{where}: missing 'num_hidden_layers'")
+        attn_heads = config.get("num_attention_heads")
+        kv_heads = config.get("num_key_value_heads") or attn_heads
+        if kv_heads is None:
+            raise ValueError(f"{where}: missing 'num_key_value_heads' and 'num_attention_heads'")
+        head_dim = config.get("head_dim")
+        if head_dim is None:
+            if attn_heads is None or config.get("hidden_size") is None:
+                raise ValueError(f"{where}: missing 'head_dim' (and 'hidden_size' / "
+                                 "'num_attention_heads' to derive it)")
+            head_dim = config["hidden_size"] // attn_heads
+        if dtype is None:
+            dtype = config.get("torch_dtype") or config.get("dtype")
+            if dtype is None:
+                raise ValueError(f"{where}: missing 'torch_dtype'; pass dtype= explicitly")
+        dtype = str(dtype).removeprefix("torch.")
+        model_id = model_id or config.get("_name_or_path")
+        if not model_id:
+            raise ValueError(f"{where}: no '_name_or_path'; pass model_id= explicitly")
+        if tp_size < 1:
+            raise ValueError(f"tp_size must be >= 1, got {tp_size}")
+        return cls(model_id=model_id, dtype=dtype, n_layers=int(n_layers),
+                   kv_heads=math.ceil(int(kv_heads) / tp_size), head_dim=int(head_dim),
+                   block_size=block_size, tp_rank=tp_rank, tp_size=tp_size)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Shape of a store: a slot holds one KV block as n_layers * n_spans objects."""
+
+    n_layers: int
+    n_spans: int
+    span_bytes: int
+    obj_stride: int
+    n_members: int
+    stripe_objs: int
+    n_slots: int
+    data_off: int
+
+    @property
+    def block_bytes(self) -> int:
+        """Payload of one block, the buffer size of ``Store.put``/``Store.get``."""
+        return self.n_layers * self.n_spans * self.span_bytes
+
+    @property
+    def slot_bytes(self) -> int:
+        """Disk space of one slot (objects rounded up to 4 KiB)."""
+        return self.n_layers * self.n_spans * self.obj_stride
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+LLAMA3_8B = Fingerprint(model_id="meta-llama/Meta-Llama-3-8B", dtype="bfloat16", n_layers=32,
+                        kv_heads=8, head_dim=128, block_size=16)

@@ -1,0 +1,505 @@
+"""The Tutti object store: Python face of libtutti's tt_store_* API.
+
+A store keeps KV blocks on 1..16 files or block devices.  Keys are hashed to
+16 bytes (XXH3-128) exactly as the C library does, so every process that
+names a block the same way finds the same slot.
+"""
+import errno
+import os
+import uuid as _uuid
+
+from ._tutti import ffi, lib
+from .errors import check
+from .memory import PagedBuffer
+from .model import Fingerprint, Geometry
+
+_KEY = lib.TT_KEY_BYTES
+
+
+def key_from_bytes(key) -> bytes:
+    """The 16-byte store key of ``key`` (bytes-like, or str as UTF-8).
+
+    Every key is hashed, a 16-byte one too, so one name always maps to one key.
+    """
+    data = _key_source(key)
+    out = ffi.new("uint8_t[]", _KEY)
+    lib.tt_key_from_bytes(data, len(data), out)
+    return bytes(ffi.buffer(out))
+
+
+def _key_source(key):
+    if isinstance(key, str):
+        return ffi.from_buffer(key.encode())
+    try:
+        return ffi.from_buffer(key)
+    except TypeError:
+        raise TypeError(f"key must be str or bytes-like, not {type(key).__name__}") from None
+
+
+def _keys(keys):
+    """Hash ``keys`` into one C array of back-to-back 16-byte keys."""
+    keys = list(keys)
+    arr = ffi.new("uint8_t[]", max(len(keys), 1) * _KEY)
+    for i, key in enumerate(keys):
+        data = _key_source(key)
+        lib.tt_key_from_bytes(data, len(data), arr + i * _KEY)
+    return arr, len(keys)
+
+
+def _slots(slots):
+    slots = list(slots)
+    for s in slots:
+        if not isinstance(s, int):
+            raise TypeError(f"slot must be an int, not {type(s).__name__} (a lookup miss?)")
+    return ffi.new("int64_t[]", slots or [0]), len(slots)
+
+
+def _member_paths(paths):
+    """Member paths as str (a single path is a one-member store) and as a C array.
+
+    The C array borrows the strings in the returned keep-alive list.
+    """
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    paths = [os.fsdecode(p) for p in paths]
+    if not paths:
+        raise ValueError("a store needs at least one member path")
+    keep = [ffi.new("char[]", os.fsencode(p)) for p in paths]
+    return paths, ffi.new("const char *[]", keep), keep
+
+
+def _fp_to_c(fp: Fingerprint, out):
+    model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
+    if len(model_id) >= lib.TT_MODEL_ID_LEN:
+        raise ValueError(f"model_id longer than {lib.TT_MODEL_ID_LEN - 1} bytes: {fp.model_id!r}")
+    if len(dtype) >= lib.TT_DTYPE_LEN:
+        raise ValueError(f"dtype longer than {lib.TT_DTYPE_LEN - 1} bytes: {fp.dtype!r}")
+    out.model_id = model_id
+    out.dtype = dtype
+    for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
+        setattr(out, name, getattr(fp, name))
+
+
+def _fp_from_c(c) -> Fingerprint:
+    return Fingerprint(model_id=ffi.string(c.model_id).decode(errors="replace"),
+                       dtype=ffi.string(c.dtype).decode(errors="replace"),
+                       n_layers=c.n_layers, kv_heads=c.kv_heads, head_dim=c.head_dim,
+                       block_size=c.block_size, tp_rank=c.tp_rank, tp_size=c.tp_size)
+
+
+def _geometry(g) -> Geometry:
+    return Geometry(n_layers=g.n_layers, n_spans=g.n_spans, span_bytes=g.span_bytes,
+                    obj_stride=g.obj_stride, n_members=g.n_members, stripe_objs=g.stripe_objs,
+                    n_slots=g.n_slots, data_off=g.data_off)
+
+
+def _struct_dict(c, fields) -> dict:
+    return {name: getattr(c, name) for name in fields}
+
+
+_ENGINE_STATS = ("ios", "reqs", "bytes_read", "bytes_written", "syscalls", "flushes")
+_STORE_STATS = ("lookups", "hits", "blocks_read", "blocks_written", "commits", "evictions",
+                "corrupt_blocks")
+
+
+def _stats_dict(st) -> dict:
+    return {**_struct_dict(st, _STORE_STATS), "engine": _struct_dict(st.engine, _ENGINE_STATS)}
+
+
+def _format_params(fingerprint, n_spans, span_bytes, stripe_objs):
+    """tt_format_params with the size left out (0: fill the smallest member)."""
+    p = ffi.new("struct tt_format_params *")
+    _fp_to_c(fingerprint, p.fp)
+    p.n_spans = n_spans or 0
+    p.span_bytes = span_bytes or 0
+    p.stripe_objs = stripe_objs or 0
+    return p
+
+
+def _plan(p, n_members, n_slots, capacity_bytes, member_bytes):
+    """Size ``p`` by slots or data capacity and run tt_store_plan(): (geometry, need_bytes)."""
+    if n_slots is not None and capacity_bytes is not None:
+        raise ValueError("give n_slots or capacity_bytes, not both")
+    geo = ffi.new("struct tt_geometry *")
+    need = ffi.new("uint64_t *")
+    if capacity_bytes is not None:
+        # One slot's disk footprint (objects padded to 4 KiB) sets the slot count.
+        p.n_slots = 1
+        check(lib.tt_store_plan(p, n_members, 0, geo, need))
+        slot_bytes = _geometry(geo).slot_bytes
+        if capacity_bytes < slot_bytes:
+            raise ValueError(f"capacity of {capacity_bytes} bytes holds no block "
+                             f"(one block takes {slot_bytes} bytes)")
+        n_slots = capacity_bytes // slot_bytes
+    p.n_slots = n_slots or 0
+    check(lib.tt_store_plan(p, n_members, member_bytes or 0, geo, need))
+    return _geometry(geo), need[0]
+
+
+class Txn:
+    """A layer-wise transfer of a batch of blocks (tt_txn_*).
+
+    Submit every layer with ``layer()``, wait with ``wait_layer()``, then
+    ``finish()``.  As a context manager it finishes on a clean exit (if not done
+    already) and aborts on an exception, so nothing half-written is committed.
+    """
+
+    def __init__(self, store, handle, n):
+        self._store = store
+        self._h = handle
+        self._n = n
+        self._keep = []  # memory maps and block id arrays in flight
+        present = ffi.new("int *")
+        self.slots = []
+        self.present = []
+        for i in range(n):
+            self.slots.append(lib.tt_txn_slot(handle, i, present))
+            self.present.append(bool(present[0]))
+
+    def __len__(self):
+        return self._n
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("transaction is finished, aborted or its store closed")
+        return self._h
+
+    def layer(self, layer: int, memmap, block_ids) -> None:
+        """Submit ``layer`` of every block; block i lives at memory block ``block_ids[i]``.
+
+        ``memmap`` is a PagedBuffer (block ids are checked against it) or a raw
+        ``struct tt_memmap *`` (the caller vouches for the ids).
+        """
+        block_ids = list(block_ids)
+        if len(block_ids) != self._n:
+            raise ValueError(f"{len(block_ids)} block ids for a transaction of {self._n} blocks")
+        if isinstance(memmap, PagedBuffer):
+            bad = [b for b in block_ids if not 0 <= b < memmap.n_blocks]
+            if bad:
+                raise IndexError(f"block ids {bad} outside the buffer's {memmap.n_blocks} blocks")
+            cmap = memmap.memmap
+        else:
+            cmap = memmap
+        ids = ffi.new("uint32_t[]", block_ids or [0])
+        self._keep.append((memmap, ids))
+        check(lib.tt_txn_layer(self._handle(), layer, cmap, ids))
+
+    def wait_layer(self, layer: int) -> None:
+        """Wait until ``layer`` has moved; reads are verified as they land."""
+        check(lib.tt_txn_wait_layer(self._handle(), layer))
+
+    def finish(self) -> list:
+        """Complete the transaction; per block 0 or a negative errno (-EBADMSG, -EIO, -ENODATA)."""
+        status = ffi.new("int32_t[]", max(self._n, 1))
+        rc = lib.tt_txn_finish(self._handle(), status)
+        self._detach()
+        check(rc)
+        return list(status)[: self._n]
+
+    def abort(self) -> None:
+        """Drop the transaction; nothing of it is committed.  Idempotent."""
+        if self._h is not None:
+            lib.tt_txn_abort(self._h)
+            self._detach()
+
+    def _detach(self):
+        self._h = None
+        self._keep.clear()
+        self._store._txns.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+        elif self._h is not None:
+            self.finish()
+
+
+class WriteTxn(Txn):
+    """Stores blocks under keys; ``present[i]`` blocks are already stored and are skipped."""
+
+
+class ReadTxn(Txn):
+    """Loads committed slots; a block failing its checksum finishes with -EBADMSG."""
+
+
+class Store:
+    """An open Tutti store (use ``Store.open``); a context manager that closes it.
+
+    Not thread-safe, like the C handle: use it from one thread at a time.
+    """
+
+    def __init__(self, handle, paths):
+        self._h = ffi.gc(handle, lib.tt_store_close)
+        self.paths = paths
+        self._txns = set()
+        self._registered = []  # buffers libtutti holds pinned
+        info = self._info()
+        self._geometry = _geometry(info.geo)
+        self._fingerprint = _fp_from_c(info.fp)
+        self._uuid = str(_uuid.UUID(bytes=bytes(info.uuid)))
+        self._engine = ffi.string(info.engine).decode()
+
+    # --- creating and opening ------------------------------------------------
+
+    @staticmethod
+    def plan(n_members, fingerprint, *, n_slots=None, capacity_bytes=None, member_bytes=None,
+             n_spans=2, span_bytes=None, stripe_objs=None):
+        """Geometry of a store and the bytes each member needs, without touching any disk.
+
+        Size it by ``n_slots``, by ``capacity_bytes`` (data over all members), or
+        leave both out to fill ``member_bytes`` per member.
+        """
+        if n_slots is None and capacity_bytes is None and not member_bytes:
+            raise ValueError("give n_slots, capacity_bytes or member_bytes")
+        p = _format_params(fingerprint, n_spans, span_bytes, stripe_objs)
+        return _plan(p, n_members, n_slots, capacity_bytes, member_bytes)
+
+    @staticmethod
+    def format(paths, fingerprint, *, n_slots=None, capacity_bytes=None, n_spans=2,
+               span_bytes=None, stripe_objs=None, force=False) -> None:
+        """Write a new, empty store over ``paths`` (files are created or extended).
+
+        Without a size the store fills the smallest member.  Everything is checked
+        before anything is written; an existing store is kept unless ``force``.
+        """
+        paths, cpaths, keep = _member_paths(paths)
+        p = _format_params(fingerprint, n_spans, span_bytes, stripe_objs)
+        if n_slots is not None or capacity_bytes is not None:
+            _plan(p, len(paths), n_slots, capacity_bytes, None)
+        p.flags = lib.TT_FORMAT_FORCE if force else 0
+        check(lib.tt_store_format(cpaths, len(paths), p))
+        del keep  # the C strings must live until here
+
+    @classmethod
+    def open(cls, paths, *, expect=None, readonly=False, verify=True, engine="auto",
+             shared=False, queue_depth=0) -> "Store":
+        """Open a formatted store (members in any order).
+
+        ``expect``: refuse (FingerprintMismatch) a store of another model.
+        ``verify=False`` skips read checksums (unsafe); ``shared`` takes no
+        exclusive lock, for several cooperating processes.
+        """
+        paths, cpaths, keep = _member_paths(paths)
+        p = ffi.new("struct tt_open_params *")
+        p.flags = ((lib.TT_OPEN_RDONLY if readonly else 0)
+                   | (0 if verify else lib.TT_OPEN_NO_VERIFY)
+                   | (lib.TT_OPEN_SHARED if shared else 0))
+        fp = None
+        if expect is not None:
+            fp = ffi.new("struct tt_fingerprint *")
+            _fp_to_c(expect, fp)
+            p.expect = fp
+        engine_c = ffi.new("char[]", engine.encode())
+        p.engine = engine_c
+        p.engine_params.queue_depth = queue_depth
+        out = ffi.new("struct tt_store **")
+        check(lib.tt_store_open(cpaths, len(paths), p, out))
+        del keep, fp, engine_c  # borrowed by p until here
+        return cls(out[0], paths)
+
+    def close(self) -> None:
+        """Abort open transactions and release the store.  Idempotent."""
+        if self._h is None:
+            return
+        for txn in list(self._txns):
+            txn._h = None  # tt_store_close() aborts and frees them
+            txn._keep.clear()
+        self._txns.clear()
+        h, self._h = self._h, None
+        ffi.release(h)
+        for buf in self._registered:
+            ffi.release(buf)
+        self._registered.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self._h is None else f"{self._geometry.n_slots} slots"
+        return f"<tutti.Store {self._uuid} {self._fingerprint.model_id} {state}>"
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("store is closed")
+        return self._h
+
+    # --- description -----------------------------------------------------------
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._geometry
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self._fingerprint
+
+    @property
+    def uuid(self) -> str:
+        return self._uuid
+
+    @property
+    def engine(self) -> str:
+        """I/O engine in use: "uring" or "psync"."""
+        return self._engine
+
+    @property
+    def block_bytes(self) -> int:
+        return self._geometry.block_bytes
+
+    def _info(self):
+        info = ffi.new("struct tt_store_info *")
+        check(lib.tt_store_get_info(self._handle(), info))
+        return info
+
+    def info(self) -> dict:
+        """Geometry, fingerprint, occupancy and counters, JSON-serialisable."""
+        info = self._info()
+        return {
+            "uuid": self._uuid,
+            "paths": list(self.paths),
+            "geometry": self._geometry.to_dict(),
+            "fingerprint": self._fingerprint.to_dict(),
+            "member_bytes": info.member_bytes,
+            "table_bytes": info.table_bytes,
+            "created_ns": info.created_ns,
+            "n_committed": info.n_committed,
+            "n_free": info.n_free,
+            "n_bad_records": info.n_bad_records,
+            "engine": self._engine,
+            "stats": _stats_dict(info.stats),
+        }
+
+    def stats(self) -> dict:
+        """Counters since open (store and I/O engine)."""
+        return _stats_dict(self._info().stats)
+
+    def locate(self, slot: int, layer: int, span: int):
+        """``(member, byte offset)`` of object (slot, layer, span) on disk."""
+        g = self._geometry
+        if not (0 <= slot < g.n_slots and 0 <= layer < g.n_layers and 0 <= span < g.n_spans):
+            raise IndexError(f"object ({slot}, {layer}, {span}) outside {g.n_slots} slots x "
+                             f"{g.n_layers} layers x {g.n_spans} spans")
+        e = lib.tt_locate(lib.tt_store_geometry(self._handle()), slot, layer, span)
+        return e.member, e.off
+
+    # --- blocks ----------------------------------------------------------------
+
+    def _block_buffer(self, data, writable=False):
+        try:
+            buf = ffi.from_buffer(data, require_writable=writable)
+        except (TypeError, BufferError):
+            kind = "a writable buffer" if writable else "a bytes-like buffer"
+            raise TypeError(f"block data must be {kind}, not {type(data).__name__}") from None
+        if len(buf) != self.block_bytes:
+            raise ValueError(f"block data is {len(buf)} bytes; this store's blocks are "
+                             f"{self.block_bytes} bytes")
+        return buf
+
+    def put(self, key, data) -> None:
+        """Store one block (objects in (layer, span) order); a stored key is left as is."""
+        buf = self._block_buffer(data)
+        check(lib.tt_store_put(self._handle(), key_from_bytes(key), buf, len(buf)))
+
+    def readinto(self, key, buf) -> None:
+        """Load the block of ``key`` into writable ``buf``: KeyError on a miss,
+        CorruptBlockError (and the slot is dropped) if it fails its checksum."""
+        cbuf = self._block_buffer(buf, writable=True)
+        rc = lib.tt_store_get(self._handle(), key_from_bytes(key), cbuf, len(cbuf))
+        if rc == -errno.ENOENT:
+            lib.tt_clearerr()
+            raise KeyError(key)
+        check(rc)
+
+    def get(self, key) -> bytes:
+        """The block stored under ``key`` (see readinto())."""
+        buf = bytearray(self.block_bytes)
+        self.readinto(key, buf)
+        return bytes(buf)
+
+    def lookup(self, keys) -> list:
+        """Slot of each key, or None for a miss; hits become most recently used."""
+        arr, n = _keys(keys)
+        slots = ffi.new("int64_t[]", max(n, 1))
+        check(lib.tt_store_lookup(self._handle(), arr, n, slots))
+        return [s if s >= 0 else None for s in slots[0:n]]
+
+    def __contains__(self, key) -> bool:
+        return self.lookup([key])[0] is not None
+
+    def invalidate(self, slots) -> int:
+        """Drop committed slots durably; returns how many were dropped."""
+        arr, n = _slots(slots)
+        return check(lib.tt_store_invalidate(self._handle(), arr, n))
+
+    # --- layer-wise transfers --------------------------------------------------
+
+    def write(self, keys) -> WriteTxn:
+        """Begin storing one block per key (slots: free first, else least recently used)."""
+        arr, n = _keys(keys)
+        out = ffi.new("struct tt_txn **")
+        check(lib.tt_store_write_begin(self._handle(), arr, n, out))
+        return self._track(WriteTxn(self, out[0], n))
+
+    def read(self, slots) -> ReadTxn:
+        """Begin loading committed ``slots`` (from lookup()); they stay pinned until finish."""
+        arr, n = _slots(slots)
+        out = ffi.new("struct tt_txn **")
+        check(lib.tt_store_read_begin(self._handle(), arr, n, out))
+        return self._track(ReadTxn(self, out[0], n))
+
+    def _track(self, txn):
+        self._txns.add(txn)
+        return txn
+
+    def register_memory(self, buffer) -> None:
+        """Register a long-lived buffer for fixed-buffer I/O (optional, saves page pinning).
+
+        The store keeps the buffer exported (an mmap cannot be closed) until it
+        closes: libtutti has no unregister, and memory mapped later at the same
+        address must never be taken for the pinned pages.
+        """
+        buf = ffi.from_buffer(buffer)
+        check(lib.tt_store_register_memory(self._handle(), buf, len(buf)))
+        self._registered.append(buf)
+
+    # --- maintenance -------------------------------------------------------------
+
+    def check(self, first=0, count=None, repair=False, chunk=64, progress=None) -> dict:
+        """Verify committed slots in [first, first + count), ``chunk`` slots per C call.
+
+        ``progress(done_slots)`` is called after each chunk.  ``repair`` clears
+        bad slots and damaged records durably.  Returns the totals and the list
+        of bad slots.
+        """
+        n_slots = self._geometry.n_slots
+        if not 0 <= first <= n_slots:
+            raise ValueError(f"first slot {first} outside the store's {n_slots} slots")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        end = n_slots if count is None else min(n_slots, first + count)
+        res = ffi.new("struct tt_check_result *")
+        bad = ffi.new("int64_t[]", chunk)
+        bad_slots = []
+        pos = first
+        while pos < end:
+            n = min(chunk, end - pos)
+            found = check(lib.tt_store_check(self._handle(), pos, n, int(repair), res, bad, chunk))
+            bad_slots.extend(bad[0:min(found, chunk)])
+            pos += n
+            if progress is not None:
+                progress(pos - first)
+        return {**_struct_dict(res, ("checked", "ok", "bad", "bad_records", "repaired")),
+                "bad_slots": bad_slots}
+
+
+__all__ = ["Store", "Txn", "WriteTxn", "ReadTxn", "key_from_bytes"]

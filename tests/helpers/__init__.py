@@ -1,0 +1,1 @@
+"""Programs the tests run in child processes."""
