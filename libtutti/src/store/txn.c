@@ -289,11 +289,8 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 
 			if (bounce)
 				buf = (char *)t->stage[layer] + ((size_t)i * S + k) * g->obj_stride;
-			if (t->write) {
-				t->sums[(size_t)i * R + m] = tt_sum_object(mp, g->span_bytes, m);
-				if (bounce)
-					memcpy(buf, mp, g->span_bytes);
-			}
+			if (t->write && bounce)
+				memcpy(buf, mp, g->span_bytes);
 			io->buf = buf;
 			io->off = e.off;
 			io->len = bounce ? g->obj_stride : g->span_bytes;
@@ -312,6 +309,13 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	t->batch[layer].n = n_io;
 	t->layer_state[layer] = LAYER_SUBMITTED;
 	ret = tt_engine_submit(s->eng, &t->batch[layer]);
+	/* Hash what is being written while the device moves it (both only read). */
+	for (unsigned j = 0; t->write && j < n_io; j++) {
+		unsigned i = ios[j].tag / S, k = ios[j].tag % S;
+		uint32_t m = tt_obj_index(g, layer, k);
+
+		t->sums[(size_t)i * R + m] = tt_sum_object(dst[ios[j].tag], g->span_bytes, m);
+	}
 	if (ret) {
 		/* Nothing of this layer may count as written. */
 		for (unsigned j = 0; j < n_io; j++)
