@@ -102,21 +102,6 @@ def test_fio_json_errors():
         tbench.parse_fio_json(json.dumps({"jobs": [{"jobname": "m0", "error": 5, "read": {}}]}), "read")
 
 
-def test_locate_matches_layout_formula_single_member():
-    geo = Store.plan(1, _small_fp(), n_slots=10)[0]
-    for slot, layer, span in [(0, 0, 0), (3, 1, 1), (9, 1, 0)]:
-        member, off = tbench.locate(geo, slot, layer, span)
-        assert member == 0
-        assert off == geo.data_off + ((layer * geo.n_spans + span) * geo.n_slots + slot) * geo.obj_stride
-
-
-def _small_fp():
-    from tutti import Fingerprint
-
-    return Fingerprint(model_id="test/small", dtype="bfloat16", n_layers=2, kv_heads=1, head_dim=64,
-                       block_size=16)
-
-
 # ------------------------------------------------------------- format
 
 

@@ -1,0 +1,89 @@
+"""Helpers the benchmark's modules share: units, errors, statistics, CPU time, members on disk."""
+from __future__ import annotations
+
+import os
+import resource
+import stat
+import statistics
+from typing import Iterable
+
+GB = 1e9
+_SB_MAGIC = b"TUTTIKV1"
+_SB_SIZE = 4096
+
+
+class BenchError(Exception):
+    """The benchmark could not run or found wrong data; ``code`` is the exit status to use."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def human_bytes(n: float) -> str:
+    """1073741824 -> '1.00 GiB'."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"  # pragma: no cover
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median of the values that are not None; None if there are none."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None when either is missing or b is not positive."""
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+def cpu_seconds() -> float:
+    """User plus system CPU time of this process."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def drop_page_cache() -> bool:
+    """Write back and drop clean pages (needs root); False if not allowed."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def member_bytes(path: str) -> int | None:
+    """Size of an existing file or block device, None if it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+def has_store_magic(path: str) -> bool:
+    """Does either superblock copy of ``path`` start with the Tutti magic?"""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SB_SIZE + len(_SB_MAGIC))
+    except OSError:
+        return False
+    return head[: len(_SB_MAGIC)] == _SB_MAGIC or head[_SB_SIZE:] == _SB_MAGIC
+
+
+def is_block_device(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
