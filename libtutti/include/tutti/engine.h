@@ -50,11 +50,13 @@ struct tt_batch {
 	uint32_t inflight;	/* requests submitted, not completed */
 	int32_t err;		/* first failure, 0 if none */
 	uint32_t reqs;		/* requests after coalescing */
+	uint32_t req_cap;	/* engine: largest request for this batch */
 };
 
 struct tt_engine_params {
 	uint32_t queue_depth;	/* ring entries; 0 = default (256) */
 	uint32_t max_req_bytes;	/* largest merged request; 0 = 4 MiB */
+	uint32_t min_reqs;	/* split a batch into at least this many; 0 = 64 */
 };
 
 struct tt_engine_stats {

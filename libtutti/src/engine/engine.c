@@ -30,10 +30,16 @@ int tt_engine_open(const char *name, const int *fds, unsigned n,
 		e->p.queue_depth = TT_ENGINE_DEFAULT_DEPTH;
 	if (!e->p.max_req_bytes)
 		e->p.max_req_bytes = TT_ENGINE_DEFAULT_REQ_BYTES;
+	if (!e->p.min_reqs)
+		e->p.min_reqs = TT_ENGINE_DEFAULT_MIN_REQS;
 	if (e->p.queue_depth > 32768)
 		e->p.queue_depth = 32768;
 
-	if (auto_pick || !strcmp(name, "uring")) {
+	if (!strcmp(name ? name : "", "kqueue") || (auto_pick && tt_kdev_is_ns(fds[0]))) {
+		e->ops = &tt_kqueue_ops;	/* tutti.ko namespace nodes */
+		ret = e->ops->init(e);
+		goto done;
+	} else if (auto_pick || !strcmp(name, "uring")) {
 		e->ops = &tt_uring_ops;
 		ret = e->ops->init(e);
 		if (ret == 0 || !auto_pick)
@@ -41,7 +47,7 @@ int tt_engine_open(const char *name, const int *fds, unsigned n,
 		/* io_uring disabled (sysctl, seccomp, old kernel): keep working. */
 	} else if (strcmp(name, "psync")) {
 		free(e);
-		return tt_seterr(-EINVAL, "unknown engine '%s' (uring, psync, auto)", name);
+		return tt_seterr(-EINVAL, "unknown engine '%s' (uring, psync, kqueue, auto)", name);
 	}
 	e->ops = &tt_psync_ops;
 	ret = e->ops->init(e);
@@ -72,8 +78,30 @@ int tt_engine_register(struct tt_engine *e, void *addr, size_t len)
 	return e->ops->reg ? e->ops->reg(e, addr, len) : 0;
 }
 
+/*
+ * Merging adjacent objects saves syscalls and per-request cost, but a
+ * small batch merged into a few huge requests leaves the device idle
+ * (SSDs and virtual disks alike need many requests in flight).  So a batch
+ * is spread over at least min_reqs requests, each no smaller than
+ * TT_ENGINE_MIN_REQ_BYTES and no larger than max_req_bytes.
+ */
+static uint32_t batch_req_cap(const struct tt_engine *e, const struct tt_batch *b)
+{
+	uint64_t total = 0, cap;
+
+	for (uint32_t i = 0; i < b->n; i++)
+		total += b->ios[i].len;
+	cap = total / e->p.min_reqs;
+	if (cap < TT_ENGINE_MIN_REQ_BYTES)
+		cap = TT_ENGINE_MIN_REQ_BYTES;
+	if (cap > e->p.max_req_bytes)
+		cap = e->p.max_req_bytes;
+	return (uint32_t)cap;
+}
+
 int tt_engine_submit(struct tt_engine *e, struct tt_batch *b)
 {
+	b->req_cap = batch_req_cap(e, b);
 	b->next = 0;
 	b->inflight = 0;
 	b->err = 0;
@@ -127,6 +155,8 @@ unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
 	uint64_t end = io->off + io->len;
 	unsigned j = i + 1;
 
+	(void)e;	/* limits are per batch (req_cap), set at submit */
+
 	r->b = b;
 	r->first = i;
 	r->member = io->member;
@@ -137,7 +167,7 @@ unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
 		const struct tt_io *nx = &b->ios[j];
 
 		if (nx->member != io->member || nx->op != io->op || nx->off != end ||
-		    r->bytes + nx->len > e->p.max_req_bytes)
+		    r->bytes + nx->len > b->req_cap)
 			break;
 		end += nx->len;
 		r->bytes += nx->len;

@@ -10,6 +10,8 @@
 #define TT_ENGINE_DEFAULT_DEPTH		256u
 #define TT_ENGINE_DEFAULT_REQ_BYTES	(4u << 20)
 #define TT_ENGINE_MAX_IOV		256u
+#define TT_ENGINE_DEFAULT_MIN_REQS	64u
+#define TT_ENGINE_MIN_REQ_BYTES		(128u << 10)
 
 struct tt_engine;
 
@@ -68,5 +70,7 @@ int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done);
 
 extern const struct tt_engine_ops tt_uring_ops;
 extern const struct tt_engine_ops tt_psync_ops;
+extern const struct tt_engine_ops tt_kqueue_ops;	/* kqueue.c; tt_kdev_is_ns() there */
+int tt_kdev_is_ns(int fd);
 
 #endif
