@@ -11,9 +11,9 @@ LIBS := -luring -lxxhash -lpthread
 LIB_SRCS := $(shell find libtutti/src -name '*.c' | sort)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
-CU_SRCS := $(shell find libtutti -name '*.cu' | sort)
+CU_SRCS := $(shell find libtutti benchmarks -name '*.cu' | sort)
 
-.PHONY: all help deps lib ctest cuda-check venv test pytest bench demo clean
+.PHONY: all help deps lib ctest cuda-check gpu-test gpu-bench venv test pytest bench demo clean
 
 all: lib
 
@@ -23,6 +23,8 @@ help:
 	@echo "make lib        build/libtutti.a"
 	@echo "make ctest      C unit tests (TAP)"
 	@echo "make cuda-check compile every .cu file with nvcc (no GPU needed)"
+	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
+	@echo "make gpu-bench  gpu-test, then the GPU io_uring benchmark (results in build/gpu/out)"
 	@echo "make venv       $(VENV) with the tutti package installed"
 
 deps:
@@ -53,13 +55,19 @@ cuda-check:
 	  $(NVCC) -std=c++17 -arch=sm_90 -Ilibtutti/include -Xcompiler -Wall,-Werror -Werror all-warnings \
 	    -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o || exit 1; done
 
+gpu-test:
+	@scripts/gpu/h200_run.sh --tests
+
+gpu-bench:
+	@scripts/gpu/h200_run.sh
+
 venv:
 	@scripts/bootstrap.sh venv
 
 pytest: venv
 	$(VENV)/bin/python -m pytest -q tests
 
-test: deps lib ctest cuda-check venv
+test: deps lib ctest cuda-check gpu-test venv
 	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

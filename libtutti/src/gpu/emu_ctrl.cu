@@ -1,0 +1,654 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// emu_ctrl.cu - emulated NVMe controller serving GPU-driven queues (host
+// code only; built by nvcc because it calls the CUDA runtime).
+//
+// Per queue, in order, like a controller's fetch engine: read the SQ tail
+// doorbell, fetch every SQE up to it, validate it and resolve its data
+// pointer (PRP: PRP1/PRP2/PRP lists with chaining; SGL: data block in
+// DPTR or Segment / Last Segment chains), move the data, then post one CQE
+// per command with the phase tag, never past the CQ head doorbell.
+// A thread serves queues q, q + n_threads, ...
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "tutti/emu_ctrl.h"
+#include "tutti/nvme_queue.h"
+#include "tutti/nvme_sgl.h"
+
+#define EMU_PAGE 4096u
+#define EMU_MAX_FETCH 256u	// SQEs fetched per doorbell look
+#define EMU_MAX_SGL_SEGS 64u	// SGL segments followed per command
+#define EMU_BOUNCE (8u << 20)	// file mode bounce buffer per thread
+
+namespace {
+
+struct emu_ext {
+	uint64_t addr;	// GPU virtual address
+	uint64_t len;
+};
+
+struct emu_q {
+	uint16_t qid;
+	uint32_t depth;
+	struct tt_nvme_sqe *sq;		// host view of the rings
+	struct tt_nvme_cqe *cq;
+	const volatile uint32_t *sq_db;	// host view of the doorbells
+	const volatile uint32_t *cq_db;
+	char *list;			// host view of list memory
+	size_t list_bytes;
+	uint32_t sq_head;
+	uint32_t cq_tail;
+	uint8_t phase;
+	uint32_t last_db;
+	std::atomic<uint64_t> cmds;
+	void *mem;			// the cudaHostAlloc block
+};
+
+// One fetched command, between fetch and completion.
+struct emu_cmd {
+	uint16_t cid;
+	uint16_t status;
+	uint8_t opcode;
+	uint32_t nsid;
+	uint64_t off;			// byte offset in the namespace
+	uint64_t bytes;
+	uint32_t ext_first;
+	uint32_t ext_n;
+};
+
+}  // namespace
+
+struct tt_emu {
+	struct tt_emu_params p;
+	int device;
+	std::vector<emu_q *> qs;
+	std::vector<struct tt_gio_qmem> qmem;
+	char *bar;			// emulated BAR0 (doorbells), host view
+	char *bar_dev;
+	char *ns_mem[TT_EMU_MAX_NS];
+	std::vector<std::thread> threads;
+	std::atomic<bool> stop;
+	std::atomic<int> thread_err;
+	std::atomic<uint64_t> cmds, errors, bytes, sq_wraps, cq_wraps, doorbells;
+	std::atomic<uint64_t> next_free_ns;	// bandwidth cap: token time
+};
+
+static uint64_t emu_now_ns()
+{
+	return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+		       std::chrono::steady_clock::now().time_since_epoch())
+		.count();
+}
+
+static inline void emu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static void emu_add_ext(std::vector<emu_ext> &ext, uint32_t first, uint64_t addr,
+			uint64_t len)
+{
+	if (ext.size() > first && ext.back().addr + ext.back().len == addr)
+		ext.back().len += len;
+	else
+		ext.push_back({addr, len});
+}
+
+// Host pointer for list memory at bus address @bus, or NULL if outside it.
+static const void *emu_list_ptr(const emu_q *q, uint64_t bus, uint64_t len)
+{
+	uint64_t base = (uint64_t)(uintptr_t)q->list;
+
+	if (!q->list || bus < base || bus + len > base + q->list_bytes || bus + len < bus)
+		return nullptr;
+	return (const void *)(uintptr_t)bus;
+}
+
+// Resolve a PRP data pointer into extents (NVMe 1.4, 4.3).
+static uint16_t emu_walk_prp(const emu_q *q, const struct tt_nvme_sqe *s,
+			     uint64_t bytes, std::vector<emu_ext> &ext, uint32_t first)
+{
+	uint64_t prp1 = s->dptr.prp.prp1, prp2 = s->dptr.prp.prp2;
+	uint64_t off = prp1 & (EMU_PAGE - 1), len, left;
+	const uint64_t *list;
+	unsigned epp, i;
+
+	if (off & 3)
+		return TT_NVME_SC_PRP_INVALID_OFFSET;
+	len = EMU_PAGE - off < bytes ? EMU_PAGE - off : bytes;
+	emu_add_ext(ext, first, prp1, len);
+	left = bytes - len;
+	if (left == 0)
+		return TT_NVME_SC_SUCCESS;
+	if (left <= EMU_PAGE) {
+		if (prp2 & (EMU_PAGE - 1))
+			return TT_NVME_SC_PRP_INVALID_OFFSET;
+		emu_add_ext(ext, first, prp2, left);
+		return TT_NVME_SC_SUCCESS;
+	}
+	// PRP2 is a list pointer: qword aligned, entries up to the page end.
+	if (prp2 & 7)
+		return TT_NVME_SC_PRP_INVALID_OFFSET;
+	for (;;) {
+		epp = (unsigned)((EMU_PAGE - (prp2 & (EMU_PAGE - 1))) / 8);
+		list = (const uint64_t *)emu_list_ptr(q, prp2, (uint64_t)epp * 8);
+		if (!list)
+			return TT_NVME_SC_DATA_XFER_ERROR;
+		for (i = 0; i < epp && left; i++) {
+			uint64_t e = list[i];
+
+			// Last entry of a full page with more than a page left: a link.
+			if (i == epp - 1 && left > EMU_PAGE) {
+				if (e & 7)
+					return TT_NVME_SC_PRP_INVALID_OFFSET;
+				prp2 = e;
+				break;
+			}
+			if (e & (EMU_PAGE - 1))
+				return TT_NVME_SC_PRP_INVALID_OFFSET;
+			len = left < EMU_PAGE ? left : EMU_PAGE;
+			emu_add_ext(ext, first, e, len);
+			left -= len;
+		}
+		if (left == 0)
+			return TT_NVME_SC_SUCCESS;
+		if (i < epp - 1)
+			return TT_NVME_SC_DATA_XFER_ERROR;
+	}
+}
+
+// Resolve an SGL data pointer into extents (NVMe 1.4, 4.4).
+static uint16_t emu_walk_sgl(const emu_q *q, const struct tt_nvme_sqe *s,
+			     uint64_t bytes, std::vector<emu_ext> &ext, uint32_t first)
+{
+	struct tt_nvme_sgl_desc d = s->dptr.sgl;
+	const struct tt_nvme_sgl_desc *seg;
+	uint64_t total = 0;
+	unsigned nsegs = 0, n, i;
+	uint8_t type = tt_nvme_sgl_desc_type(&d);
+
+	if ((d.type & 0xf) != TT_NVME_SGL_SUBTYPE_ADDRESS)
+		return TT_NVME_SC_SGL_INVALID_TYPE;
+	if (type == TT_NVME_SGL_TYPE_DATA_BLOCK) {
+		if (d.len != bytes)
+			return TT_NVME_SC_SGL_INVALID_DATA;
+		emu_add_ext(ext, first, d.addr, d.len);
+		return TT_NVME_SC_SUCCESS;
+	}
+	while (type == TT_NVME_SGL_TYPE_SEGMENT || type == TT_NVME_SGL_TYPE_LAST_SEGMENT) {
+		bool last = type == TT_NVME_SGL_TYPE_LAST_SEGMENT;
+
+		if (++nsegs > EMU_MAX_SGL_SEGS || d.len == 0 || (d.len & 15) || (d.addr & 7))
+			return TT_NVME_SC_SGL_INVALID_SEG;
+		seg = (const struct tt_nvme_sgl_desc *)emu_list_ptr(q, d.addr, d.len);
+		if (!seg)
+			return TT_NVME_SC_DATA_XFER_ERROR;
+		n = d.len / 16;
+		type = 0xff;
+		for (i = 0; i < n; i++) {
+			uint8_t t = tt_nvme_sgl_desc_type(&seg[i]);
+
+			if ((seg[i].type & 0xf) != TT_NVME_SGL_SUBTYPE_ADDRESS)
+				return TT_NVME_SC_SGL_INVALID_TYPE;
+			if (t == TT_NVME_SGL_TYPE_DATA_BLOCK) {
+				total += seg[i].len;
+				if (total > bytes)
+					return TT_NVME_SC_SGL_INVALID_DATA;
+				if (seg[i].len)
+					emu_add_ext(ext, first, seg[i].addr, seg[i].len);
+			} else if ((t == TT_NVME_SGL_TYPE_SEGMENT ||
+				    t == TT_NVME_SGL_TYPE_LAST_SEGMENT) &&
+				   !last && i == n - 1) {
+				d = seg[i];
+				type = t;
+			} else {
+				return last ? TT_NVME_SC_SGL_INVALID_SEG :
+					      TT_NVME_SC_SGL_INVALID_TYPE;
+			}
+		}
+		if (last)
+			break;
+		if (type == 0xff)	// a Segment must end with a link
+			return TT_NVME_SC_SGL_INVALID_SEG;
+	}
+	if (type != 0xff && type != TT_NVME_SGL_TYPE_LAST_SEGMENT &&
+	    type != TT_NVME_SGL_TYPE_SEGMENT)
+		return TT_NVME_SC_SGL_INVALID_TYPE;
+	return total == bytes ? TT_NVME_SC_SUCCESS : TT_NVME_SC_SGL_INVALID_DATA;
+}
+
+// Validate @s and resolve its data; fills @c (status set on error).
+static void emu_parse(const struct tt_emu *e, const emu_q *q,
+		      const struct tt_nvme_sqe *s, emu_cmd &c,
+		      std::vector<emu_ext> &ext)
+{
+	const struct tt_emu_params *p = &e->p;
+	uint64_t slba, nlb;
+	uint8_t psdt = s->flags & TT_NVME_FLAG_PSDT_MASK;
+
+	c.cid = s->cid;
+	c.opcode = s->opcode;
+	c.nsid = s->nsid;
+	c.bytes = 0;
+	c.off = 0;
+	c.ext_first = (uint32_t)ext.size();
+	c.ext_n = 0;
+	c.status = TT_NVME_SC_SUCCESS;
+	if (s->opcode == TT_NVME_CMD_FLUSH)
+		return;
+	if (s->opcode != TT_NVME_CMD_READ && s->opcode != TT_NVME_CMD_WRITE) {
+		c.status = TT_NVME_SC_INVALID_OPCODE;
+		return;
+	}
+	if (s->nsid == 0 || s->nsid > p->n_ns) {
+		c.status = TT_NVME_SC_INVALID_NS;
+		return;
+	}
+	slba = s->cdw10 | ((uint64_t)s->cdw11 << 32);
+	nlb = (s->cdw12 & 0xffff) + 1;
+	if (slba + nlb > (p->ns_bytes >> p->lba_shift)) {
+		c.status = TT_NVME_SC_LBA_RANGE;
+		return;
+	}
+	c.off = slba << p->lba_shift;
+	c.bytes = nlb << p->lba_shift;
+	if (p->mdts_bytes && c.bytes > p->mdts_bytes) {
+		c.status = TT_NVME_SC_INVALID_FIELD;
+		return;
+	}
+	if (psdt == TT_NVME_FLAG_PSDT_PRP)
+		c.status = emu_walk_prp(q, s, c.bytes, ext, c.ext_first);
+	else if (psdt == TT_NVME_FLAG_PSDT_SGL && tt_nvme_sgl_supported(p->sgls))
+		c.status = emu_walk_sgl(q, s, c.bytes, ext, c.ext_first);
+	else
+		c.status = TT_NVME_SC_INVALID_FIELD;
+	if (c.status != TT_NVME_SC_SUCCESS)
+		ext.resize(c.ext_first);
+	c.ext_n = (uint32_t)ext.size() - c.ext_first;
+}
+
+// Per-thread resources.
+struct emu_worker {
+	cudaStream_t stream = nullptr;
+	char *bounce = nullptr;
+	std::vector<emu_cmd> cmds;
+	std::vector<emu_ext> ext;
+};
+
+// Move the data of @c between the namespace at @c.off and GPU memory.
+static uint16_t emu_data_hostmem(struct tt_emu *e, emu_worker &w, const emu_cmd &c)
+{
+	char *ns = e->ns_mem[c.nsid - 1] + c.off;
+	uint32_t i;
+
+	for (i = 0; i < c.ext_n; i++) {
+		const emu_ext &x = w.ext[c.ext_first + i];
+		void *gpu = (void *)(uintptr_t)x.addr;
+		cudaError_t r = c.opcode == TT_NVME_CMD_READ ?
+			cudaMemcpyAsync(gpu, ns, x.len, cudaMemcpyDefault, w.stream) :
+			cudaMemcpyAsync(ns, gpu, x.len, cudaMemcpyDefault, w.stream);
+
+		if (r != cudaSuccess) {
+			cudaGetLastError();
+			return TT_NVME_SC_DATA_XFER_ERROR;
+		}
+		ns += x.len;
+	}
+	return TT_NVME_SC_SUCCESS;
+}
+
+static uint16_t emu_data_file(struct tt_emu *e, emu_worker &w, const emu_cmd &c)
+{
+	int fd = e->p.fds[c.nsid - 1];
+	uint64_t done = 0, chunk;
+	uint32_t i = 0;
+	uint64_t in_ext = 0;
+
+	while (done < c.bytes) {
+		chunk = c.bytes - done < EMU_BOUNCE ? c.bytes - done : EMU_BOUNCE;
+		if (c.opcode == TT_NVME_CMD_READ &&
+		    pread(fd, w.bounce, chunk, (off_t)(c.off + done)) != (ssize_t)chunk)
+			return TT_NVME_SC_READ_ERROR;
+		// Copy the chunk between the bounce buffer and the extents.
+		for (uint64_t b = 0; b < chunk;) {
+			const emu_ext &x = w.ext[c.ext_first + i];
+			uint64_t n = x.len - in_ext < chunk - b ? x.len - in_ext : chunk - b;
+			void *gpu = (void *)(uintptr_t)(x.addr + in_ext);
+			cudaError_t r = c.opcode == TT_NVME_CMD_READ ?
+				cudaMemcpyAsync(gpu, w.bounce + b, n, cudaMemcpyDefault, w.stream) :
+				cudaMemcpyAsync(w.bounce + b, gpu, n, cudaMemcpyDefault, w.stream);
+
+			if (r != cudaSuccess) {
+				cudaGetLastError();
+				return TT_NVME_SC_DATA_XFER_ERROR;
+			}
+			b += n;
+			in_ext += n;
+			if (in_ext == x.len) {
+				i++;
+				in_ext = 0;
+			}
+		}
+		if (cudaStreamSynchronize(w.stream) != cudaSuccess)
+			return TT_NVME_SC_DATA_XFER_ERROR;
+		if (c.opcode == TT_NVME_CMD_WRITE &&
+		    pwrite(fd, w.bounce, chunk, (off_t)(c.off + done)) != (ssize_t)chunk)
+			return TT_NVME_SC_WRITE_FAULT;
+		done += chunk;
+	}
+	return TT_NVME_SC_SUCCESS;
+}
+
+// Hold completions back so the data rate stays under the cap.
+static void emu_throttle(struct tt_emu *e, uint64_t bytes)
+{
+	uint64_t now, start, cost, cur;
+
+	if (e->p.rate_gbps <= 0 || bytes == 0)
+		return;
+	cost = (uint64_t)((double)bytes / e->p.rate_gbps); // ns at rate GB/s
+	now = emu_now_ns();
+	cur = e->next_free_ns.load(std::memory_order_relaxed);
+	do {
+		start = cur > now ? cur : now;
+	} while (!e->next_free_ns.compare_exchange_weak(cur, start + cost));
+	while (emu_now_ns() < start + cost) {
+		if (start + cost - emu_now_ns() > 200000)
+			std::this_thread::sleep_for(std::chrono::microseconds(100));
+		else
+			emu_relax();
+	}
+}
+
+// Post one CQE; waits for CQ room. Return: false when stopping.
+static bool emu_post(struct tt_emu *e, emu_q *q, uint16_t cid, uint16_t status)
+{
+	struct tt_nvme_cqe *x;
+	uint32_t next = q->cq_tail + 1 == q->depth ? 0 : q->cq_tail + 1;
+	uint32_t w2, w3;
+
+	while (next == __atomic_load_n((const uint32_t *)q->cq_db, __ATOMIC_ACQUIRE)) {
+		if (e->stop.load(std::memory_order_relaxed))
+			return false;
+		emu_relax();
+	}
+	x = &q->cq[q->cq_tail];
+	w2 = (uint32_t)q->sq_head | ((uint32_t)q->qid << 16);
+	w3 = (uint32_t)cid | ((uint32_t)((status << 1) | q->phase) << 16);
+	__atomic_store_n(&x->result, 0u, __ATOMIC_RELAXED);
+	__atomic_store_n(&x->dw1, 0u, __ATOMIC_RELAXED);
+	__atomic_store_n((uint32_t *)&x->sq_head, w2, __ATOMIC_RELAXED);
+	// The phase tag goes last: the entry is whole once it flips.
+	__atomic_store_n((uint32_t *)&x->cid, w3, __ATOMIC_RELEASE);
+	q->cq_tail = next;
+	if (next == 0) {
+		q->phase ^= 1;
+		e->cq_wraps.fetch_add(1, std::memory_order_relaxed);
+	}
+	return true;
+}
+
+// Serve what queue @q's doorbell offers. Return: commands handled.
+static unsigned emu_serve(struct tt_emu *e, emu_worker &w, emu_q *q)
+{
+	uint32_t tail = __atomic_load_n((const uint32_t *)q->sq_db, __ATOMIC_ACQUIRE);
+	uint64_t bytes = 0;
+	uint16_t st;
+	bool sync = false;
+	unsigned n = 0;
+
+	if (tail >= q->depth || tail == q->sq_head)
+		return 0;
+	if (tail != q->last_db) {
+		q->last_db = tail;
+		e->doorbells.fetch_add(1, std::memory_order_relaxed);
+	}
+	w.cmds.clear();
+	w.ext.clear();
+	while (q->sq_head != tail && n < EMU_MAX_FETCH) {
+		struct tt_nvme_sqe s;
+		emu_cmd c;
+
+		std::memcpy(&s, &q->sq[q->sq_head], sizeof(s));
+		emu_parse(e, q, &s, c, w.ext);
+		w.cmds.push_back(c);
+		if (++q->sq_head == q->depth) {
+			q->sq_head = 0;
+			e->sq_wraps.fetch_add(1, std::memory_order_relaxed);
+		}
+		n++;
+	}
+	for (emu_cmd &c : w.cmds) {
+		if (c.status != TT_NVME_SC_SUCCESS || c.bytes == 0 ||
+		    e->p.backing == TT_EMU_NULL)
+			continue;
+		if (e->p.backing == TT_EMU_HOSTMEM) {
+			c.status = emu_data_hostmem(e, w, c);
+			sync = true;
+		} else {
+			c.status = emu_data_file(e, w, c);
+		}
+		if (c.status == TT_NVME_SC_SUCCESS)
+			bytes += c.bytes;
+	}
+	if (sync && cudaStreamSynchronize(w.stream) != cudaSuccess) {
+		cudaGetLastError();
+		for (emu_cmd &c : w.cmds)
+			if (c.status == TT_NVME_SC_SUCCESS && c.bytes)
+				c.status = TT_NVME_SC_DATA_XFER_ERROR;
+	}
+	emu_throttle(e, bytes);
+	for (emu_cmd &c : w.cmds) {
+		st = c.status;
+		if (!emu_post(e, q, c.cid, st))
+			return n;
+		if (st)
+			e->errors.fetch_add(1, std::memory_order_relaxed);
+	}
+	e->bytes.fetch_add(bytes, std::memory_order_relaxed);
+	e->cmds.fetch_add(n, std::memory_order_relaxed);
+	q->cmds.fetch_add(n, std::memory_order_relaxed);
+	return n;
+}
+
+static void emu_thread(struct tt_emu *e, unsigned id)
+{
+	emu_worker w;
+	unsigned idle = 0;
+
+	if (cudaSetDevice(e->device) != cudaSuccess ||
+	    cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking) != cudaSuccess ||
+	    (e->p.backing == TT_EMU_FILE &&
+	     cudaHostAlloc(&w.bounce, EMU_BOUNCE, cudaHostAllocDefault) != cudaSuccess)) {
+		e->thread_err.store(-EIO);
+		return;
+	}
+	w.cmds.reserve(EMU_MAX_FETCH);
+	w.ext.reserve(EMU_MAX_FETCH * 4);
+	while (!e->stop.load(std::memory_order_relaxed)) {
+		unsigned got = 0;
+
+		for (size_t q = id; q < e->qs.size(); q += e->p.n_threads)
+			got += emu_serve(e, w, e->qs[q]);
+		if (got) {
+			idle = 0;
+		} else if (++idle > 4096) {
+			sched_yield();
+		} else {
+			emu_relax();
+		}
+	}
+	if (w.bounce)
+		cudaFreeHost(w.bounce);
+	cudaStreamDestroy(w.stream);
+}
+
+extern "C" void tt_emu_close(struct tt_emu *c)
+{
+	unsigned i;
+
+	if (!c)
+		return;
+	c->stop.store(true);
+	for (std::thread &t : c->threads)
+		t.join();
+	for (emu_q *q : c->qs) {
+		if (q->mem)
+			cudaFreeHost(q->mem);
+		delete q;
+	}
+	if (c->bar)
+		cudaFreeHost(c->bar);
+	for (i = 0; i < TT_EMU_MAX_NS; i++)
+		if (c->ns_mem[i])
+			cudaFreeHost(c->ns_mem[i]);
+	delete c;
+}
+
+static int emu_host_alloc(void **host, void **dev, size_t bytes)
+{
+	if (cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable) !=
+	    cudaSuccess)
+		return -ENOMEM;
+	std::memset(*host, 0, bytes);
+	if (cudaHostGetDevicePointer(dev, *host, 0) != cudaSuccess)
+		return -EIO;
+	return 0;
+}
+
+extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
+{
+	struct tt_emu *c;
+	size_t bar_bytes;
+	unsigned i;
+	int rc;
+
+	*out = nullptr;
+	if (!p || p->n_queues == 0 || p->n_queues > 1024 || p->depth < 2 ||
+	    p->depth > 65536 || p->n_threads == 0 || p->n_ns == 0 ||
+	    p->n_ns > TT_EMU_MAX_NS || (p->lba_shift != 9 && p->lba_shift != 12) ||
+	    (p->ns_bytes & ((1u << p->lba_shift) - 1)) ||
+	    (p->backing == TT_EMU_FILE && !p->fds) ||
+	    p->backing < TT_EMU_NULL || p->backing > TT_EMU_FILE)
+		return -EINVAL;
+	c = new (std::nothrow) tt_emu();
+	if (!c)
+		return -ENOMEM;
+	c->p = *p;
+	c->stop.store(false);
+	c->thread_err.store(0);
+	c->cmds = c->errors = c->bytes = c->sq_wraps = c->cq_wraps = c->doorbells = 0;
+	c->next_free_ns = 0;
+	std::memset(c->ns_mem, 0, sizeof(c->ns_mem));
+	c->bar = nullptr;
+	if (cudaGetDevice(&c->device) != cudaSuccess) {
+		delete c;
+		return -ENODEV;
+	}
+	bar_bytes = tt_nvme_db_offset((uint16_t)p->n_queues, true, 0) + 4;
+	bar_bytes = (bar_bytes + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
+	rc = emu_host_alloc((void **)&c->bar, (void **)&c->bar_dev, bar_bytes);
+	if (p->backing == TT_EMU_HOSTMEM)
+		for (i = 0; i < p->n_ns && !rc; i++)
+			if (cudaHostAlloc(&c->ns_mem[i], p->ns_bytes, cudaHostAllocPortable) !=
+			    cudaSuccess)
+				rc = -ENOMEM;
+	c->qmem.resize(p->n_queues);
+	for (i = 0; i < p->n_queues && !rc; i++) {
+		emu_q *q = new (std::nothrow) emu_q();
+		size_t sq_b = (size_t)p->depth * 64, cq_b = (size_t)p->depth * 16;
+		size_t cq_off = (sq_b + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
+		size_t l_off = cq_off + (cq_b + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
+		size_t l_b = (size_t)p->depth * p->list_chunks * EMU_PAGE;
+		char *host, *dev;
+		struct tt_gio_qmem *m = &c->qmem[i];
+		uint16_t qid = (uint16_t)(i + 1);
+
+		if (!q) {
+			rc = -ENOMEM;
+			break;
+		}
+		c->qs.push_back(q);
+		rc = emu_host_alloc(&q->mem, (void **)&dev, l_off + l_b);
+		if (rc)
+			break;
+		host = (char *)q->mem;
+		q->qid = qid;
+		q->depth = p->depth;
+		q->sq = (struct tt_nvme_sqe *)host;
+		q->cq = (struct tt_nvme_cqe *)(host + cq_off);
+		q->sq_db = (const volatile uint32_t *)(c->bar + tt_nvme_db_offset(qid, false, 0));
+		q->cq_db = (const volatile uint32_t *)(c->bar + tt_nvme_db_offset(qid, true, 0));
+		q->list = l_b ? host + l_off : nullptr;
+		q->list_bytes = l_b;
+		q->phase = 1;
+		q->cmds = 0;
+		m->qid = qid;
+		m->depth = p->depth;
+		m->sq = (struct tt_nvme_sqe *)dev;
+		m->cq = (volatile struct tt_nvme_cqe *)(dev + cq_off);
+		m->sq_db = (volatile uint32_t *)(c->bar_dev + tt_nvme_db_offset(qid, false, 0));
+		m->cq_db = (volatile uint32_t *)(c->bar_dev + tt_nvme_db_offset(qid, true, 0));
+		m->list = l_b ? dev + l_off : nullptr;
+		m->list_bus = l_b ? (uint64_t)(uintptr_t)(host + l_off) : 0;
+		m->list_chunks = p->list_chunks;
+		m->chunk_bytes = EMU_PAGE;
+	}
+	if (rc) {
+		tt_emu_close(c);
+		return rc;
+	}
+	for (i = 0; i < p->n_threads; i++)
+		c->threads.emplace_back(emu_thread, c, i);
+	*out = c;
+	return 0;
+}
+
+extern "C" const struct tt_gio_qmem *tt_emu_qmem(const struct tt_emu *c)
+{
+	return c->qmem.data();
+}
+
+extern "C" void tt_emu_caps(const struct tt_emu *c, struct tt_nvme_xfer_caps *caps)
+{
+	caps->page_size = EMU_PAGE;
+	caps->mdts_bytes = c->p.mdts_bytes;
+	caps->sgls = c->p.sgls;
+	caps->sgl_threshold = 0;
+}
+
+extern "C" void *tt_emu_ns_data(const struct tt_emu *c, uint32_t nsid)
+{
+	if (nsid == 0 || nsid > c->p.n_ns)
+		return nullptr;
+	return c->ns_mem[nsid - 1];
+}
+
+extern "C" void tt_emu_get_stats(const struct tt_emu *c, struct tt_emu_stats *st)
+{
+	st->cmds = c->cmds.load();
+	st->errors = c->errors.load();
+	st->bytes = c->bytes.load();
+	st->sq_wraps = c->sq_wraps.load();
+	st->cq_wraps = c->cq_wraps.load();
+	st->doorbells = c->doorbells.load();
+}
+
+extern "C" uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q)
+{
+	return q < c->qs.size() ? c->qs[q]->cmds.load() : 0;
+}

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gio_uring.cu - GPU-driven NVMe submission and completion (host API and
+// kernels). The ring protocol is nvme_queue.h / nvme_prp.h / nvme_sgl.h,
+// compiled for the device; gio_dev.cuh adds the multi-producer parts.
+//
+// Work split: command k of a batch belongs to chunk k / 32 (one warp's
+// worth) and chunk c goes to queue c % nq, so consecutive commands spread
+// over the queues and a warp rings one doorbell for up to 32 commands.
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "gio_dev.cuh"
+
+struct tt_gio {
+	struct gio_q *qs;		// device array
+	unsigned nq;
+	unsigned warps;
+	uint32_t max_depth;
+	struct tt_nvme_xfer_caps caps;
+	uint32_t lba_shift;
+	std::vector<void *> allocs;	// device allocations to free
+};
+
+struct tt_gio_batch {
+	struct tt_gio *g;
+	uint32_t max;
+	uint32_t n;
+	int mode;
+	const struct tt_gio_iocb *iocbs;
+	struct tt_gio_layer layer;
+	uint16_t *status;		// device, max entries
+	unsigned *done;			// device counter, never reset
+	unsigned target;
+};
+
+// Submitting warps of block q take chunks q, q + nq, ... in turn.
+static __device__ void gio_submit_queue(const struct gio_kargs &a, unsigned q,
+					unsigned warp, unsigned nwarps)
+{
+	const uint32_t nchunks = (a.n + 31) / 32;
+	uint32_t c;
+
+	for (c = q + warp * a.nq; c < nchunks; c += nwarps * a.nq)
+		gio_submit_chunk(a, &a.qs[q], c);
+}
+
+static __device__ __forceinline__ bool gio_batch_done(const struct gio_kargs &a)
+{
+	return (int)(*(volatile unsigned *)a.done - a.target) >= 0;
+}
+
+// issue_io: blockIdx.x = queue, every warp submits.
+__global__ void gio_issue_kernel(struct gio_kargs a)
+{
+	gio_submit_queue(a, blockIdx.x, threadIdx.x / 32, blockDim.x / 32);
+}
+
+// wait_cqe: blockIdx.x = queue, one warp polls until the batch is done.
+__global__ void gio_wait_kernel(struct gio_kargs a)
+{
+	while (!gio_batch_done(a))
+		if (!gio_reap_round(&a.qs[blockIdx.x]))
+			__nanosleep(128);
+}
+
+// Both in one launch: warp 0 of block q reaps queue q, the others submit.
+// The reaper leaves once its submitters are finished and the queue has
+// nothing outstanding, so blocks never wait on one another.
+__global__ void gio_submit_wait_kernel(struct gio_kargs a)
+{
+	__shared__ unsigned submitters_left;
+	const unsigned warp = threadIdx.x / 32, nw = blockDim.x / 32;
+	struct gio_q *q = &a.qs[blockIdx.x];
+
+	if (threadIdx.x == 0)
+		submitters_left = nw - 1;
+	__syncthreads();
+	if (warp > 0) {
+		gio_submit_queue(a, blockIdx.x, warp - 1, nw - 1);
+		if ((threadIdx.x & 31) == 0)
+			atomicSub(&submitters_left, 1u);
+		return;
+	}
+	for (;;) {
+		if (!gio_reap_round(q)) {
+			if (*(volatile unsigned *)&submitters_left == 0 &&
+			    gio_ld64(&q->reaped) == gio_ld64(&q->ticket))
+				break;
+			__nanosleep(64);
+		}
+	}
+}
+
+static int gio_cuda_err(cudaError_t e)
+{
+	return e == cudaSuccess ? 0 : (e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO);
+}
+
+template <typename T>
+static int gio_dalloc(struct tt_gio *g, T **p, size_t n)
+{
+	void *v = nullptr;
+	cudaError_t e = cudaMalloc(&v, n > 0 ? n * sizeof(T) : 1);
+
+	if (e != cudaSuccess)
+		return gio_cuda_err(e);
+	g->allocs.push_back(v);
+	*p = (T *)v;
+	return cudaMemset(v, 0, n * sizeof(T)) == cudaSuccess ? 0 : -EIO;
+}
+
+// Load every kernel now. With CUDA's lazy module loading (the default) the
+// first launch of a kernel loads it, which waits for the device to go idle:
+// a wait_cqe launched for the first time while an issue kernel spins for
+// ring space would then never start.
+static int gio_preload(void)
+{
+	struct cudaFuncAttributes fa;
+
+	if (cudaFuncGetAttributes(&fa, gio_issue_kernel) != cudaSuccess ||
+	    cudaFuncGetAttributes(&fa, gio_wait_kernel) != cudaSuccess ||
+	    cudaFuncGetAttributes(&fa, gio_submit_wait_kernel) != cudaSuccess)
+		return -EIO;
+	return 0;
+}
+
+extern "C" void tt_gio_close(struct tt_gio *g)
+{
+	if (!g)
+		return;
+	for (void *p : g->allocs)
+		cudaFree(p);
+	delete g;
+}
+
+extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
+{
+	std::vector<struct gio_q> hq;
+	struct tt_gio *g;
+	unsigned i;
+	int rc = 0;
+
+	*out = nullptr;
+	if (!p || !p->qmem || p->n_queues == 0 || p->n_queues > 1024 ||
+	    (p->lba_shift != 9 && p->lba_shift != 12))
+		return -EINVAL;
+	g = new (std::nothrow) tt_gio();
+	if (!g)
+		return -ENOMEM;
+	g->nq = p->n_queues;
+	g->warps = p->warps_per_queue ? p->warps_per_queue : 4;
+	g->caps = p->caps;
+	g->lba_shift = p->lba_shift;
+	if (g->warps > 31) {
+		tt_gio_close(g);
+		return -EINVAL;
+	}
+	hq.resize(g->nq);
+	for (i = 0; i < g->nq && !rc; i++) {
+		const struct tt_gio_qmem *m = &p->qmem[i];
+		struct gio_q *q = &hq[i];
+		std::vector<uint64_t> bus;
+		uint64_t *dbus = nullptr;
+
+		// 64 entries at least: a warp's 32 tickets must fit below the
+		// "full" rule behind the commands before them.
+		if (m->depth < 64 || m->depth > 65536 || !m->sq || !m->cq ||
+		    !m->sq_db || !m->cq_db || m->qid == 0 ||
+		    (m->list_chunks && (!m->list || m->chunk_bytes < 64))) {
+			rc = -EINVAL;
+			break;
+		}
+		std::memset(q, 0, sizeof(*q));
+		q->sq = m->sq;
+		q->sq_db = m->sq_db;
+		tt_cq_init(&q->cq, m->cq, m->cq_db, m->depth);
+		q->depth = m->depth;
+		q->qid = m->qid;
+		q->list = (char *)m->list;
+		q->list_chunks = m->list_chunks;
+		q->chunk_bytes = m->chunk_bytes;
+		rc = gio_dalloc(g, &q->slot_gen, m->depth);
+		if (!rc)
+			rc = gio_dalloc(g, &q->slots, m->depth);
+		if (!rc && m->list_chunks) {
+			size_t nc = (size_t)m->depth * m->list_chunks;
+
+			bus.resize(nc);
+			for (size_t c = 0; c < nc; c++)
+				bus[c] = m->list_bus + c * m->chunk_bytes;
+			rc = gio_dalloc(g, &dbus, nc);
+			if (!rc)
+				rc = gio_cuda_err(cudaMemcpy(dbus, bus.data(), nc * 8,
+							     cudaMemcpyHostToDevice));
+			q->list_bus = dbus;
+		}
+		if (m->depth > g->max_depth)
+			g->max_depth = m->depth;
+	}
+	if (!rc)
+		rc = gio_preload();
+	if (!rc)
+		rc = gio_dalloc(g, &g->qs, g->nq);
+	if (!rc)
+		rc = gio_cuda_err(cudaMemcpy(g->qs, hq.data(), g->nq * sizeof(hq[0]),
+					     cudaMemcpyHostToDevice));
+	if (rc) {
+		tt_gio_close(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+extern "C" int tt_gio_batch_create(struct tt_gio *g, uint32_t max_cmds,
+				   struct tt_gio_batch **out)
+{
+	struct tt_gio_batch *b;
+
+	*out = nullptr;
+	if (!g || max_cmds == 0)
+		return -EINVAL;
+	b = new (std::nothrow) tt_gio_batch();
+	if (!b)
+		return -ENOMEM;
+	b->g = g;
+	b->max = max_cmds;
+	if (cudaMalloc(&b->status, max_cmds * sizeof(uint16_t)) != cudaSuccess) {
+		delete b;
+		return -ENOMEM;
+	}
+	if (cudaMalloc(&b->done, sizeof(unsigned)) != cudaSuccess ||
+	    cudaMemset(b->done, 0, sizeof(unsigned)) != cudaSuccess) {
+		cudaFree(b->status);
+		delete b;
+		return -ENOMEM;
+	}
+	*out = b;
+	return 0;
+}
+
+extern "C" void tt_gio_batch_destroy(struct tt_gio_batch *b)
+{
+	if (!b)
+		return;
+	cudaFree(b->status);
+	cudaFree(b->done);
+	delete b;
+}
+
+extern "C" int tt_gio_prep_iocbs(struct tt_gio_batch *b,
+				 const struct tt_gio_iocb *iocbs, uint32_t n)
+{
+	if (!b || !iocbs || n == 0 || n > b->max)
+		return -EINVAL;
+	b->mode = GIO_MODE_IOCBS;
+	b->iocbs = iocbs;
+	b->n = n;
+	return 0;
+}
+
+extern "C" int tt_gio_prep_layer(struct tt_gio_batch *b,
+				 const struct tt_gio_layer *l)
+{
+	uint64_t n;
+
+	if (!b || !l || !l->slots || !l->block_ids || l->n_blocks == 0 ||
+	    l->geo.n_spans == 0 || l->layer >= l->geo.n_layers ||
+	    l->geo.n_members == 0 || l->geo.stripe_objs == 0)
+		return -EINVAL;
+	if (l->geo.span_bytes == 0 ||
+	    (l->geo.span_bytes & ((1u << b->g->lba_shift) - 1)) ||
+	    (l->op != TT_NVME_CMD_READ && l->op != TT_NVME_CMD_WRITE))
+		return -EINVAL;
+	n = (uint64_t)l->n_blocks * l->geo.n_spans;
+	if (n > b->max)
+		return -EINVAL;
+	b->mode = GIO_MODE_LAYER;
+	b->layer = *l;
+	b->iocbs = nullptr;
+	b->n = (uint32_t)n;
+	return 0;
+}
+
+static void gio_args(const struct tt_gio_batch *b, struct gio_kargs *a)
+{
+	const struct tt_gio *g = b->g;
+
+	std::memset(a, 0, sizeof(*a));
+	a->qs = g->qs;
+	a->nq = g->nq;
+	a->n = b->n;
+	a->mode = b->mode;
+	a->iocbs = b->iocbs;
+	if (b->mode == GIO_MODE_LAYER)
+		a->layer = b->layer;
+	a->caps = g->caps;
+	a->lba_shift = g->lba_shift;
+	a->status = b->status;
+	a->done = b->done;
+	a->target = b->target;
+}
+
+extern "C" int tt_gio_submit_wait(struct tt_gio *g, struct tt_gio_batch *b,
+				  struct CUstream_st *stream)
+{
+	struct gio_kargs a;
+
+	if (!g || !b || b->g != g || b->n == 0)
+		return -EINVAL;
+	b->target += b->n;
+	gio_args(b, &a);
+	gio_submit_wait_kernel<<<g->nq, 32 * (g->warps + 1), 0, stream>>>(a);
+	return gio_cuda_err(cudaGetLastError());
+}
+
+extern "C" int tt_gio_issue(struct tt_gio *g, struct tt_gio_batch *b,
+			    struct CUstream_st *stream)
+{
+	struct gio_kargs a;
+
+	if (!g || !b || b->g != g || b->n == 0)
+		return -EINVAL;
+	b->target += b->n;
+	gio_args(b, &a);
+	gio_issue_kernel<<<g->nq, 32 * g->warps, 0, stream>>>(a);
+	return gio_cuda_err(cudaGetLastError());
+}
+
+extern "C" int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
+			       struct CUstream_st *stream)
+{
+	struct gio_kargs a;
+
+	if (!g || !b || b->g != g || b->n == 0)
+		return -EINVAL;
+	gio_args(b, &a);
+	gio_wait_kernel<<<g->nq, 32, 0, stream>>>(a);
+	return gio_cuda_err(cudaGetLastError());
+}
+
+extern "C" int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
+				   uint16_t *status)
+{
+	std::vector<uint16_t> st;
+	uint16_t *s = status;
+	uint32_t i, bad = 0;
+
+	if (!b)
+		return -EINVAL;
+	if (!s) {
+		st.resize(b->n);
+		s = st.data();
+	}
+	if (cudaDeviceSynchronize() != cudaSuccess ||
+	    cudaMemcpy(s, b->status, b->n * sizeof(uint16_t),
+		       cudaMemcpyDeviceToHost) != cudaSuccess)
+		return -EIO;
+	for (i = 0; i < b->n; i++)
+		bad += s[i] != 0;
+	if (n_err)
+		*n_err = bad;
+	return bad ? -EIO : 0;
+}
+
+extern "C" uint32_t tt_gio_batch_size(const struct tt_gio_batch *b)
+{
+	return b ? b->n : 0;
+}

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gpu_rig.cuh - helpers shared by the GPU tests and benchmark (test code,
+// not part of the library): an emulated
+// controller plus a gio_uring handle over its queues, a watchdog sync, and
+// a deterministic data pattern.
+#ifndef TUTTI_GPU_RIG_CUH
+#define TUTTI_GPU_RIG_CUH
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include <cuda_runtime.h>
+
+#include <tutti/emu_ctrl.h>
+#include <tutti/gio_uring.h>
+
+struct gpu_rig {
+	struct tt_emu *emu;
+	struct tt_gio *gio;
+	cudaStream_t s;
+};
+
+// Exit 77 ("no CUDA device") when there is no GPU to run on.
+static inline void gpu_require_device(void)
+{
+	int n = 0;
+
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+		std::printf("1..0 # SKIP no CUDA device\n");
+		std::exit(77);
+	}
+	cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+}
+
+static inline int gpu_rig_open(struct gpu_rig *r, const struct tt_emu_params *ep,
+			       unsigned warps)
+{
+	struct tt_gio_params gp = {};
+	int rc;
+
+	r->emu = nullptr;
+	r->gio = nullptr;
+	rc = tt_emu_open(ep, &r->emu);
+	if (rc)
+		return rc;
+	gp.n_queues = ep->n_queues;
+	gp.qmem = tt_emu_qmem(r->emu);
+	tt_emu_caps(r->emu, &gp.caps);
+	gp.lba_shift = ep->lba_shift;
+	gp.warps_per_queue = warps;
+	rc = tt_gio_open(&gp, &r->gio);
+	if (!rc && cudaStreamCreateWithFlags(&r->s, cudaStreamNonBlocking) != cudaSuccess)
+		rc = -5;
+	return rc;
+}
+
+static inline void gpu_rig_close(struct gpu_rig *r)
+{
+	tt_gio_close(r->gio);
+	tt_emu_close(r->emu);
+	cudaStreamDestroy(r->s);
+}
+
+// Wait for @s, or abort the whole program after @secs (a hung queue must
+// not hold the GPU): a dead kernel goes with the process.
+static inline int gpu_sync_or_die(cudaStream_t s, double secs)
+{
+	auto t0 = std::chrono::steady_clock::now();
+	cudaError_t e;
+
+	while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+		std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+
+		if (d.count() > secs) {
+			std::printf("Bail out! GPU queues hung for %.0f s\n", secs);
+			std::fflush(stdout);
+			std::_Exit(1);
+		}
+		std::this_thread::sleep_for(std::chrono::microseconds(50));
+	}
+	return e == cudaSuccess ? 0 : -5;
+}
+
+__device__ __host__ static inline uint32_t gpu_pattern(uint32_t seed, uint64_t i)
+{
+	uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)seed << 32 | seed);
+
+	x ^= x >> 29;
+	x *= 0xBF58476D1CE4E5B9ull;
+	x ^= x >> 32;
+	return (uint32_t)x;
+}
+
+__global__ void gpu_fill_kernel(uint32_t *p, uint64_t n, uint32_t seed)
+{
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
+	     i += (uint64_t)gridDim.x * blockDim.x)
+		p[i] = gpu_pattern(seed, i);
+}
+
+static inline void gpu_fill(void *p, uint64_t bytes, uint32_t seed)
+{
+	gpu_fill_kernel<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed);
+	cudaDeviceSynchronize();
+}
+
+#endif /* TUTTI_GPU_RIG_CUH */

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Build and run the GPU io_uring tests and benchmark on a machine with a GPU
+# (the lent H200). Logs and results go under $OUT (default build/gpu/out).
+#   scripts/gpu/h200_run.sh            tests + full benchmark sweep
+#   scripts/gpu/h200_run.sh --quick    tests + a short sweep
+#   scripts/gpu/h200_run.sh --tests    tests only
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-build/gpu/out}
+B=build/gpu
+mkdir -p "$B" "$OUT"
+NVCC=${NVCC:-nvcc}
+FLAGS="-std=c++17 -arch=sm_90 -O2 -Ilibtutti/include -Ilibtutti/tests -Xcompiler -Wall,-Werror -Werror all-warnings"
+log() { echo "== $*" | tee -a "$OUT/run.log"; }
+
+log "$(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null) cpus=$(nproc)"
+t0=$(date +%s)
+pids=()
+for f in libtutti/src/gpu/gio_uring.cu libtutti/src/gpu/emu_ctrl.cu libtutti/src/gpu/domains.cu; do
+	$NVCC $FLAGS -c "$f" -o "$B/$(basename "$f" .cu).o" &
+	pids+=($!)
+done
+for f in libtutti/tests/test_gpu_*.cu benchmarks/gpu_iouring_bench.cu; do
+	$NVCC $FLAGS -c "$f" -o "$B/$(basename "$f" .cu).main.o" &
+	pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+[ $rc -eq 0 ] || { log "build FAILED"; exit 1; }
+for f in libtutti/tests/test_gpu_*.cu benchmarks/gpu_iouring_bench.cu; do
+	n=$(basename "$f" .cu)
+	$NVCC -arch=sm_90 "$B/$n.main.o" "$B/gio_uring.o" "$B/emu_ctrl.o" "$B/domains.o" -o "$B/$n" || { log "link $n FAILED"; exit 1; }
+done
+log "built in $(( $(date +%s) - t0 )) s"
+
+fail=0
+for t in "$B"/test_gpu_*; do
+	case "$t" in *.o) continue ;; esac
+	log "$t"
+	timeout 150 "$t" 2>&1 | tee -a "$OUT/test_gpu.log"
+	r=${PIPESTATUS[0]}
+	log "$t exit $r"
+	[ "$r" -eq 0 ] || [ "$r" -eq 77 ] || fail=1
+done
+[ "${1:-}" = "--tests" ] && exit $fail
+
+log "benchmark"
+PYTHONUNBUFFERED=1 timeout 330 python3 benchmarks/gpu_iouring.py run --bin "$B/gpu_iouring_bench" \
+	--out "$OUT/gpu_iouring.json" ${1:+$1} 2>&1 | tee "$OUT/bench.log"
+log "done in $(( $(date +%s) - t0 )) s, tests $([ $fail -eq 0 ] && echo passed || echo FAILED)"
+exit $fail
