@@ -101,7 +101,7 @@ int tt_store_format(const char *const *paths, unsigned n,
 		return ret;
 	for (unsigned i = 0; i < n; i++) {
 		/* A regular file grows to fit; its current size is no limit. */
-		if (m[i].is_blk && m[i].size < smallest)
+		if ((m[i].is_blk || m[i].is_chr) && m[i].size < smallest)
 			smallest = m[i].size;
 		if (!m[i].created && !(p.flags & TT_FORMAT_FORCE) &&
 		    !tt_sb_read(&m[i], &sb)) {
@@ -123,7 +123,7 @@ int tt_store_format(const char *const *paths, unsigned n,
 	if (ret)
 		goto fail;
 	for (unsigned i = 0; i < n; i++) {
-		if (m[i].is_blk && m[i].size < need) {
+		if ((m[i].is_blk || m[i].is_chr) && m[i].size < need) {
 			ret = tt_seterr(-ENOSPC, "%s is too small: %llu bytes, %llu needed",
 					m[i].path, (unsigned long long)m[i].size,
 					(unsigned long long)need);
@@ -140,7 +140,7 @@ int tt_store_format(const char *const *paths, unsigned n,
 	 * mid-format leaves no store rather than a half-initialised one.
 	 */
 	for (unsigned i = 0; i < n && !ret; i++) {
-		if (!m[i].is_blk && m[i].size < need)
+		if (m[i].size < need)
 			ret = tt_member_resize(&m[i], need);
 		if (!ret)
 			ret = zero_range(&m[i], 0, TT_TABLE_OFF);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tutti/error.h"
+#include "tutti/kqueue.h"
 #include "member.h"
 
 static uint32_t dio_mem_align(int fd, int is_blk)
@@ -97,8 +98,11 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 		/* O_EXCL on a block device: fails with EBUSY while mounted. */
 		if (wr && !(flags & TT_MEMBER_NOLOCK))
 			oflags |= O_EXCL;
+	} else if (S_ISCHR(st.st_mode)) {
+		m->is_chr = 1;	/* a tutti.ko namespace node, checked once open */
 	} else if (!S_ISREG(st.st_mode)) {
-		return tt_seterr(-EINVAL, "%s: not a regular file or block device", path);
+		return tt_seterr(-EINVAL, "%s: not a regular file, block device or tutti "
+				 "namespace node", path);
 	}
 
 	fd = open_retry(path, oflags | O_DIRECT);
@@ -126,7 +130,13 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 		return tt_seterr(-err, "%s: lock: %s", path, strerror(err));
 	}
 
-	if (m->is_blk) {
+	if (m->is_chr) {
+		if (tt_kdev_size(fd, &m->size)) {
+			tt_member_close(m);
+			return tt_seterr(-EINVAL, "%s: not a regular file, block device or "
+					 "tutti namespace node", path);
+		}
+	} else if (m->is_blk) {
 		if (ioctl(fd, BLKGETSIZE64, &m->size)) {
 			int err = errno;
 
@@ -162,8 +172,8 @@ void tt_member_close(struct tt_member *m)
 
 int tt_member_resize(struct tt_member *m, uint64_t size)
 {
-	if (m->is_blk)
-		return 0;
+	if (m->is_blk || m->is_chr)
+		return 0;	/* devices have the size they have */
 	if (ftruncate(m->fd, (off_t)size))
 		return tt_seterr(-errno, "%s: resize to %llu bytes: %s", m->path,
 				 (unsigned long long)size, strerror(errno));

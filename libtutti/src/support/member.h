@@ -10,6 +10,7 @@
 struct tt_member {
 	int fd;
 	int is_blk;
+	int is_chr;		/* tutti.ko namespace node (kqueue engine) */
 	int direct;		/* opened with O_DIRECT */
 	int created;		/* format created the file */
 	uint32_t mem_align;	/* O_DIRECT buffer alignment */

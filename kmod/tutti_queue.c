@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * I/O queue pairs owned by a process.  The module allocates the rings
+ * (host DMA memory, or the SQ in a peer's CMB), creates the CQ (interrupts
+ * off: the owner polls) and the SQ on the controller, and lets the owner
+ * map them; the owner builds commands and rings the doorbells itself.
+ * Deleting the SQ makes the controller finish or abort everything it holds
+ * from that queue before it answers, so once both deletes have completed no
+ * DMA for the queue is outstanding and its memory can be freed: this is
+ * what makes a crashed process safe to clean up after.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/slab.h>
+
+#include "tutti.h"
+
+struct tutti_uq *tutti_queue_find(struct tutti_file *f, u32 qid)
+{
+	struct tutti_uq *q;
+
+	list_for_each_entry(q, &f->queues, node)
+		if (q->qid == qid)
+			return q;
+	return NULL;
+}
+
+static int tutti_delete_hw(struct tutti_ctrl *c, u8 opcode, u16 qid)
+{
+	struct nvme_command cmd = { };
+	int ret;
+
+	cmd.delete_queue.opcode = opcode;
+	cmd.delete_queue.qid = cpu_to_le16(qid);
+	ret = tutti_admin_exec(c, &cmd, NULL);
+	if (ret > 0)
+		dev_warn(&c->pdev->dev, "delete %s %u: status %#x\n",
+			 opcode == nvme_admin_delete_sq ? "SQ" : "CQ", qid, ret);
+	return ret;
+}
+
+static void tutti_uq_free(struct tutti_ctrl *c, struct tutti_uq *q)
+{
+	struct device *dev = &c->pdev->dev;
+
+	if (q->sq && !q->sq_peer)
+		dma_free_coherent(dev, q->sq_bytes, q->sq, q->sq_dma);
+	if (q->cq)
+		dma_free_coherent(dev, q->cq_bytes, q->cq, q->cq_dma);
+	if (q->peer)
+		tutti_ctrl_put(q->peer);
+	if (q->live)
+		atomic_dec(&c->n_uqueues);
+	ida_free(&c->qids, q->qid);
+	kfree(q);
+}
+
+static int tutti_uq_place_sq(struct tutti_ctrl *c, struct tutti_uq *q,
+			     const struct tutti_queue_create *arg)
+{
+	struct tutti_ctrl *peer;
+
+	if (!(arg->flags & TUTTI_QUEUE_SQ_PEER)) {
+		q->sq = dma_alloc_coherent(&c->pdev->dev, q->sq_bytes, &q->sq_dma,
+					   GFP_KERNEL);
+		return q->sq ? 0 : -ENOMEM;
+	}
+	peer = tutti_peer_get(arg->peer_fd);
+	if (IS_ERR(peer))
+		return PTR_ERR(peer) == -ENODEV ? -ENODEV : -EINVAL;
+	q->peer = peer;
+	if (!peer->cmb_bytes || !(peer->cmbsz & NVME_CMBSZ_SQS))
+		return -EINVAL;
+	if (!IS_ALIGNED(arg->peer_off, PAGE_SIZE) || arg->peer_off >= peer->cmb_bytes ||
+	    q->sq_bytes > peer->cmb_bytes - arg->peer_off)
+		return -EINVAL;
+	q->sq_peer = true;
+	q->sq_dma = peer->cmb_bus + arg->peer_off;
+	return 0;
+}
+
+/**
+ * tutti_queue_create() - create an I/O queue pair for the file (c->lock held)
+ * @f: owner
+ * @arg: request, outputs filled on success
+ *
+ * Return: 0 or a negative errno (-EINVAL bad argument, -ENOSPC no free
+ * queue id, -EIO the controller refused).
+ */
+int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
+{
+	struct tutti_ctrl *c = f->ctrl;
+	struct nvme_command cmd = { };
+	struct tutti_uq *q;
+	int qid, ret;
+
+	if (arg->flags & ~TUTTI_QUEUE_SQ_PEER || arg->reserved)
+		return -EINVAL;
+	if (!(arg->flags & TUTTI_QUEUE_SQ_PEER) && (arg->peer_off || arg->peer_fd))
+		return -EINVAL;
+	if (arg->depth < 2 || arg->depth > c->mqes || arg->depth > 65536)
+		return -EINVAL;
+	if (c->max_qid <= TUTTI_KQ_QID)
+		return -ENOSPC;
+	qid = ida_alloc_range(&c->qids, TUTTI_KQ_QID + 1, c->max_qid, GFP_KERNEL);
+	if (qid < 0)
+		return qid == -ENOMEM ? -ENOMEM : -ENOSPC;
+	q = kzalloc(sizeof(*q), GFP_KERNEL);
+	if (!q) {
+		ida_free(&c->qids, qid);
+		return -ENOMEM;
+	}
+	q->qid = qid;
+	q->depth = arg->depth;
+	q->sq_bytes = PAGE_ALIGN(q->depth * sizeof(struct nvme_command));
+	q->cq_bytes = PAGE_ALIGN(q->depth * sizeof(struct nvme_completion));
+	ret = tutti_uq_place_sq(c, q, arg);
+	if (ret)
+		goto fail;
+	q->cq = dma_alloc_coherent(&c->pdev->dev, q->cq_bytes, &q->cq_dma, GFP_KERNEL);
+	if (!q->cq) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	memset(q->cq, 0, q->cq_bytes);
+
+	cmd.create_cq.opcode = nvme_admin_create_cq;
+	cmd.create_cq.prp1 = cpu_to_le64(q->cq_dma);
+	cmd.create_cq.cqid = cpu_to_le16(qid);
+	cmd.create_cq.qsize = cpu_to_le16(q->depth - 1);
+	cmd.create_cq.cq_flags = cpu_to_le16(NVME_QUEUE_PHYS_CONTIG);
+	ret = tutti_admin_exec(c, &cmd, NULL);
+	if (ret) {
+		ret = ret < 0 ? ret : -EIO;
+		goto fail;
+	}
+	memset(&cmd, 0, sizeof(cmd));
+	cmd.create_sq.opcode = nvme_admin_create_sq;
+	cmd.create_sq.prp1 = cpu_to_le64(q->sq_dma);
+	cmd.create_sq.sqid = cpu_to_le16(qid);
+	cmd.create_sq.qsize = cpu_to_le16(q->depth - 1);
+	cmd.create_sq.sq_flags = cpu_to_le16(NVME_QUEUE_PHYS_CONTIG);
+	cmd.create_sq.cqid = cpu_to_le16(qid);
+	ret = tutti_admin_exec(c, &cmd, NULL);
+	if (ret) {
+		ret = ret < 0 ? ret : -EIO;
+		tutti_delete_hw(c, nvme_admin_delete_cq, qid);
+		goto fail;
+	}
+	list_add_tail(&q->node, &f->queues);
+	q->live = true;
+	atomic_inc(&c->n_uqueues);
+
+	arg->qid = qid;
+	arg->sq_db = (2 * qid) * (4 << c->dstrd);
+	arg->cq_db = (2 * qid + 1) * (4 << c->dstrd);
+	arg->sq_mmap_off = q->sq_peer ? 0 : TUTTI_MMAP_SQ(qid);
+	arg->cq_mmap_off = TUTTI_MMAP_CQ(qid);
+	arg->sq_bytes = q->sq_bytes;
+	arg->cq_bytes = q->cq_bytes;
+	arg->sq_bus = q->sq_dma;
+	return 0;
+fail:
+	tutti_uq_free(c, q);
+	return ret;
+}
+
+static void tutti_uq_destroy(struct tutti_ctrl *c, struct tutti_uq *q)
+{
+	int ret;
+
+	list_del(&q->node);
+	ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
+	if (!ret)
+		ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
+	if (ret < 0 && !c->dead) {
+		/* Not sure the controller let go of the rings: keep them. */
+		dev_err(&c->pdev->dev, "queue %u not deleted (%d), memory leaked\n",
+			q->qid, ret);
+		return;
+	}
+	tutti_uq_free(c, q);
+}
+
+/** tutti_queue_delete() - delete one queue pair of @f (c->lock held). */
+int tutti_queue_delete(struct tutti_file *f, u32 qid)
+{
+	struct tutti_uq *q = tutti_queue_find(f, qid);
+
+	if (!q)
+		return -EINVAL;
+	tutti_uq_destroy(f->ctrl, q);
+	return 0;
+}
+
+/** tutti_queues_release() - delete every queue pair of @f (c->lock held). */
+void tutti_queues_release(struct tutti_file *f)
+{
+	struct tutti_uq *q, *tmp;
+
+	list_for_each_entry_safe(q, tmp, &f->queues, node)
+		tutti_uq_destroy(f->ctrl, q);
+}

@@ -1,0 +1,168 @@
+#!/bin/bash
+# Runs INSIDE the HIL guest (chroot of the host's root): tutti.ko and the
+# kqueue engine against QEMU's emulated NVMe controllers.  Prints one TAP
+# line per check and ends with "HIL-RESULT: N passed, M failed".
+#
+# Environment (the harness contract):
+#   TUTTI_HIL=1, TUTTI_KO=/path/tutti.ko for this kernel,
+#   TUTTI_NVME_BDFS="A B" (A plain, B with a CMB; else found by class 0x010802),
+#   TUTTI_NVME_KO=/path/nvme.ko[.xz] for the takeover test (optional),
+#   TUTTI_HIL_BIN (default build/hil-tests: built with make -C tests/hil),
+#   TUTTI_HIL_KILLS (default 100), TUTTI_HIL_CRASH_TRIALS (default 20).
+#
+# usage: run-guest.sh                 everything
+#        run-guest.sh crash-write     format, then write until QEMU is killed
+#                                     (prints "HIL-ACKED <n>" per committed block)
+#        run-guest.sh crash-check N   after the reboot: check clean, blocks < N
+#                                     served only with their exact bytes
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$PWD
+BIN=${TUTTI_HIL_BIN:-$ROOT/build/hil-tests}
+MODE=${1:-all}
+N=0 PASS=0 FAIL=0
+
+ok()     { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - $*"; }
+not_ok() { N=$((N + 1)); FAIL=$((FAIL + 1)); echo "not ok $N - $*"; }
+skip()   { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - # SKIP $*"; }
+expect() { local d=$1; shift; if "$@" >/tmp/hil.out 2>&1; then ok "$d"; else not_ok "$d"; sed 's/^/# /' /tmp/hil.out; fi; }
+finish() {
+	echo "1..$N"
+	echo "HIL-RESULT: $PASS passed, $FAIL failed"
+	exit $((FAIL != 0))
+}
+
+# Run a test program; renumber its ok/not ok lines; a silent failure counts too.
+prog() {
+	local tag=$1 line
+	while IFS= read -r line; do
+		case $line in
+		"ok - "*) ok "[$tag] ${line#ok - }" ;;
+		"not ok - "*) not_ok "[$tag] ${line#not ok - }" ;;
+		"#"*) echo "$line" ;;
+		*) echo "# $line" ;;
+		esac
+	done
+}
+prog_rc() {
+	local tag=$1 out
+	shift
+	out=$(mktemp)
+	{ "$BIN/kq_hw" "$@" 2>&1; echo "HIL-RC $?"; } | prog "$tag" | tee "$out"
+	if ! grep -q "^# HIL-RC 0$" "$out" && ! grep -q "^not ok" "$out"; then
+		not_ok "[$tag] exited with $(sed -n 's/^# HIL-RC //p' "$out")"
+	fi
+	# counters are lost in the pipe's subshell: recount
+	PASS=$((PASS + $(grep -c "^ok " "$out")))
+	FAIL=$((FAIL + $(grep -c "^not ok " "$out")))
+	N=$((N + $(grep -c "^ok \|^not ok " "$out")))
+	rm -f "$out"
+}
+
+bdfs() {
+	if [ -n "${TUTTI_NVME_BDFS:-}" ]; then echo $TUTTI_NVME_BDFS; return; fi
+	for d in /sys/bus/pci/devices/*; do
+		[ "$(cat $d/class)" = 0x010802 ] && basename $d
+	done
+}
+node_of() { # BDF -> tuttiN (controller node name)
+	local m
+	for m in /sys/bus/pci/devices/$1/misc/tutti*; do
+		case $(basename $m) in *n*) ;; *) basename $m; return ;; esac
+	done
+}
+wait_for() { local i; for i in $(seq 50); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+
+set -- $(bdfs) ; A=${1:-} B=${2:-}
+[ -n "$A" ] && [ -n "$B" ] || { not_ok "two NVMe controllers present (found: $A $B)"; finish; }
+[ -x "$BIN/kq_hw" ] || make -s -C tests/hil OUT="$BIN" >/dev/null || { not_ok "build guest tests"; finish; }
+DMESG0=$(dmesg | wc -l)
+
+# Load and attach: tutti binds only what it is handed.
+if ! lsmod | grep -q "^tutti "; then
+	expect "insmod tutti.ko ($(uname -r))" insmod "${TUTTI_KO:?TUTTI_KO not set}"
+fi
+[ -z "$(readlink /sys/bus/pci/devices/$A/driver)" ] && ok "tutti.ko did not grab $A by class" || true
+for d in $A $B; do expect "attach $d" "$BIN/kq_attach" attach $d; done
+CA=/dev/$(node_of $A) CB=/dev/$(node_of $B)
+NA=${CA}n1 NB=${CB}n1
+wait_for $NA && wait_for $NB && ok "nodes $NA and $NB exist" || { not_ok "nodes $NA $NB"; finish; }
+
+case $MODE in
+crash-write)
+	"$BIN/kq_hw" store $NA $NB >/dev/null 2>&1	# formats with force
+	"$BIN/kq_hw" writer $NA $NB 0 | sed -u 's/^/HIL-ACKED /'
+	exit 1 ;;
+crash-check)
+	prog_rc verify verify $NA $NB "${2:?crash-check needs N}"
+	finish ;;
+esac
+
+prog_rc identify identify $CA $NA
+prog_rc identify identify $CB $NB
+prog_rc smart smart $NA
+prog_rc sgl-prp sglprp $NA
+prog_rc mdts mdts $NA
+TUTTI_KQ_PRP=1 prog_rc mdts-prp mdts $NA
+prog_rc cmb cmb $NA $CB
+prog_rc malformed malformed $NA
+prog_rc sigkill kill $NA "${TUTTI_HIL_KILLS:-100}"
+prog_rc store store $NA $NB
+TUTTI_KQ_PRP=1 prog_rc store-prp store $NA $NB
+TUTTI_KQ_SQ_PEER=$CB prog_rc store-sq-in-cmb store $NA $NB
+prog_rc crash crash $NA $NB "${TUTTI_HIL_CRASH_TRIALS:-20}"
+
+# Takeover from the kernel's nvme driver and hand-back.
+if [ -n "${TUTTI_NVME_KO:-}" ] && [ -e "$TUTTI_NVME_KO" ]; then
+	load_ko() { # load a module file and its dependencies from the same tree
+		local ko=$1 dep dir
+		dir=${ko%/kernel/*}
+		for dep in $(modinfo -F depends "$ko" | tr , ' '); do
+			lsmod | grep -q "^${dep//-/_} " && continue
+			load_ko "$(find "$dir" -name "$dep.ko*" | head -1)"
+		done
+		lsmod | grep -q "^$(basename ${ko%%.ko*} | tr - _) " || insmod "$ko"
+	}
+	expect "detach $A (nvme driver module loaded)" bash -c "$(declare -f load_ko); load_ko $TUTTI_NVME_KO && $BIN/kq_attach detach $A"
+	ctl=$(ls /sys/bus/pci/devices/$A/nvme 2>/dev/null | head -1)
+	[ "$(basename "$(readlink /sys/bus/pci/devices/$A/driver)")" = nvme ] && [ -n "$ctl" ] \
+		&& ok "nvme took $A over ($ctl)" || not_ok "nvme took $A over"
+	blk=/dev/${ctl}n1
+	wait_for $blk && ok "$blk appeared" || not_ok "$blk appeared"
+	for m in crc32c_generic ext4; do	# ext4 wants crc32c; nothing autoloads here
+		load_ko "$(find "${TUTTI_NVME_KO%/kernel/*}" -name "$m.ko*" | head -1)" 2>/dev/null
+	done
+	if command -v mkfs.ext4 >/dev/null && grep -qw ext4 /proc/filesystems; then
+		mkdir -p /tmp/hil-mnt
+		if mkfs.ext4 -q -F -E nodiscard,lazy_itable_init=1 $blk && mount $blk /tmp/hil-mnt; then
+			out=$("$BIN/kq_attach" attach $A 2>&1); rc=$?
+			[ $rc -ne 0 ] && echo "$out" | grep -q "mounted on /tmp/hil-mnt" \
+				&& ok "attach refuses the mounted $blk: $out" || not_ok "attach refuses a mounted device (rc $rc: $out)"
+			[ "$(basename "$(readlink /sys/bus/pci/devices/$A/driver)")" = nvme ] \
+				&& ok "refused attach left $A with nvme" || not_ok "refused attach left $A with nvme"
+			umount /tmp/hil-mnt
+		else
+			not_ok "mkfs/mount $blk"
+		fi
+	else
+		skip "mkfs.ext4 or ext4 not available: mounted-device refusal not tested"
+	fi
+	expect "hand $A back to tutti" "$BIN/kq_attach" attach $A
+	CA=/dev/$(node_of $A); NA=${CA}n1
+	wait_for $NA && prog_rc after-takeover identify $CA $NA || not_ok "$NA after hand-back"
+	rmmod nvme nvme_core 2>/dev/null; true
+else
+	skip "TUTTI_NVME_KO not set: takeover test"
+fi
+
+# rmmod shuts the controllers down; loading again rebinds (driver_override stays).
+expect "rmmod tutti" rmmod tutti
+dmesg | tail -n +$((DMESG0 + 1)) | grep -q "tutti.*shutdown timed out" && not_ok "clean shutdown" || ok "controllers shut down cleanly"
+expect "insmod again" insmod "$TUTTI_KO"
+CA=/dev/$(node_of $A); NA=${CA}n1
+wait_for $NA && prog_rc after-reload smart $NA || not_ok "$NA after reload"
+
+# The kernel log: no oops, warning, bad page, leak or driver error since we started.
+bad=$(dmesg | tail -n +$((DMESG0 + 1)) | grep -E "BUG|Oops|WARNING|general protection|Bad page|leak|tutti.*(timed out|not deleted|disabled)" | head -5)
+[ -z "$bad" ] && ok "dmesg: no oops, warning or leak" || { not_ok "dmesg is clean"; echo "$bad" | sed 's/^/# /'; }
+finish
