@@ -13,7 +13,7 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks -name '*.cu' | sort)
 
-.PHONY: all help deps lib ctest cuda-check gpu-test gpu-bench venv test pytest bench demo clean
+.PHONY: all help deps lib ctest cuda-check gpu-test gpu-bench venv test pytest bench demo hil clean
 
 all: lib
 
@@ -26,6 +26,7 @@ help:
 	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
 	@echo "make gpu-bench  gpu-test, then the GPU io_uring benchmark (results in build/gpu/out)"
 	@echo "make venv       $(VENV) with the tutti package installed"
+	@echo "make hil        tutti.ko + guest suite on QEMU's emulated NVMe (Debian 6.1 and 6.12, TCG)"
 
 deps:
 	@scripts/bootstrap.sh deps
@@ -73,6 +74,9 @@ test: deps lib ctest cuda-check gpu-test venv
 
 bench: deps venv
 	$(VENV)/bin/tutti-admin bench --path $(BUILD)/bench/store.img --size 2GiB --prefix-tokens 8192 --runs 3
+
+hil:
+	scripts/hil/hil.sh
 
 clean:
 	rm -rf $(BUILD) python/tutti/_tutti*.so python/*.egg-info

@@ -107,8 +107,11 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 
 	fd = open_retry(path, oflags | O_DIRECT);
 	if (fd < 0 && errno == EINVAL && !m->is_blk) {
-		/* Filesystem without O_DIRECT (tmpfs): buffered + fdatasync. */
-		fd = open(path, oflags, 0644);
+		/*
+		 * Filesystem without O_DIRECT (tmpfs before 6.6): buffered +
+		 * fdatasync.  The O_DIRECT attempt may already have created it.
+		 */
+		fd = open(path, oflags & ~O_EXCL, 0644);
 	} else if (fd >= 0) {
 		m->direct = 1;
 	}

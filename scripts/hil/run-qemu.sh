@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# One HIL boot: QEMU (TCG, q35, 2 GiB, 2 CPUs) with two emulated NVMe controllers and the host's
+# root over virtio 9p; the guest runs the suite for PHASE and powers off.
+#
+#   scripts/hil/run-qemu.sh [options] KVER PHASE IMG_A IMG_B
+#     --timeout S          kill QEMU (SIGKILL) after S seconds: exit 124       (default: $HIL_BOOT_TIMEOUT or 480)
+#     --kill-on MARKER     SIGKILL QEMU a random 0.5-3 s after a line starting with MARKER appears on
+#                          the results port (crash-reboot scenario): exit 137 when that happened
+#     --kill-delay-ms MS   fixed delay instead of the random one
+#     --suite PATH         the guest script, relative to the repo (default: tests/hil/run-guest.sh)
+#     --tag NAME           log names: build/hil/logs/KVER/NAME.{console,results}.log (default: PHASE)
+#     --env KEY=VALUE      one more variable for the guest suite (repeatable)
+#
+# Exit status: the guest suite's rc (from "HIL-EXIT <rc>"); 124 timeout; 137 killed on purpose
+# (--kill-on); 125 QEMU ended without HIL-EXIT (panic, init failure: see the console log);
+# 126 QEMU could not start.
+#
+# Hardware seen by the guest:
+#   0000:00:04.0  nvme serial=tuttiA  IMG_A
+#   0000:00:05.0  nvme serial=tuttiB  IMG_B, 16 MiB CMB (BAR2)
+#   0000:00:06.0  virtio-9p, mount_tag=hostroot: the host's /, read-only
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/hil/lib.sh
+
+TIMEOUT=${HIL_BOOT_TIMEOUT:-480}
+KILL_ON=
+KILL_DELAY_MS=
+SUITE=${HIL_SUITE:-tests/hil/run-guest.sh}
+TAG=
+EXTRA_ENV=()
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--timeout) TIMEOUT=$2; shift 2 ;;
+	--kill-on) KILL_ON=$2; shift 2 ;;
+	--kill-delay-ms) KILL_DELAY_MS=$2; shift 2 ;;
+	--suite) SUITE=$2; shift 2 ;;
+	--tag) TAG=$2; shift 2 ;;
+	--env) EXTRA_ENV+=("$2"); shift 2 ;;
+	--) shift; break ;;
+	-*) die "run-qemu.sh: unknown option $1" ;;
+	*) break ;;
+	esac
+done
+[ $# -eq 4 ] || die "usage: run-qemu.sh [options] KVER PHASE IMG_A IMG_B"
+KVER=$1 PHASE=$2 IMG_A=$(realpath "$3") IMG_B=$(realpath "$4")
+TAG=${TAG:-$PHASE}
+load_kernel_env "$KVER"
+KD=$HIL_BUILD/kernels/$KVER
+REPO=$(pwd)
+[ -f "$KD/initramfs.cpio.gz" ] || die "no initramfs for $KVER: run scripts/hil/build-initramfs.sh $KVER"
+[ -f "$IMG_A" ] && [ -f "$IMG_B" ] || die "disk images $IMG_A / $IMG_B missing"
+[ -x "$SUITE" ] || die "guest suite $SUITE is missing or not executable"
+
+LOGD=$HIL_BUILD/logs/$KVER
+RUND=$HIL_BUILD/run
+mkdir -p "$LOGD" "$RUND"
+CONSOLE=$LOGD/$TAG.console.log
+RESULTS=$LOGD/$TAG.results.log
+ENVF=$RUND/$KVER.$TAG.env
+rm -f "$CONSOLE" "$RESULTS" "$LOGD/$TAG.kill"
+
+q() { printf "%q" "$1"; }
+{
+	echo "# written by scripts/hil/run-qemu.sh, sourced by the guest's /init"
+	echo "export TUTTI_HIL=1"
+	echo "export TUTTI_HIL_PHASE=$(q "$PHASE")"
+	echo "export TUTTI_KVER=$(q "$KVER")"
+	echo "export TUTTI_NVME_BDFS='0000:00:04.0 0000:00:05.0'"
+	echo "export TUTTI_REPO=$(q "$REPO")"
+	ko=$KD/tutti.ko
+	[ -f "$ko" ] || ko=
+	echo "export TUTTI_KO=$(q "$ko")"
+	# the kernel's nvme.ko inside the unpacked module tree (.ko.xz on 6.12: the chroot's kmod insmod
+	# and modprobe read xz/zstd); its dependencies beside it, modules.dep made by depmod
+	nvme_rel=$(grep -oE '^[^:]*/nvme\.ko(\.xz|\.zst|\.gz)?:' "$MODROOT/modules.dep" | head -1 | tr -d :)
+	[ -n "$nvme_rel" ] || die "$KVER: nvme.ko not found in $MODROOT/modules.dep"
+	echo "export TUTTI_NVME_KO=$(q "$MODROOT/$nvme_rel")"
+	# the same driver and its dependencies decompressed, in load order (plain insmod, one by one)
+	echo "export TUTTI_NVME_KOS=$(q "$(tr '\n' ' ' <"$KD/ko/nvme.order" | sed 's/ $//')")"
+	# modprobe -d "$TUTTI_MODULES_ROOT" MODULE: any module of this kernel, with its dependencies
+	echo "export TUTTI_MODULES_ROOT=$(q "$(realpath "$KD/root")")"
+	st=$KD/hil_selftest.ko
+	[ -f "$st" ] || st=
+	echo "export TUTTI_HIL_SELFTEST_KO=$(q "$st")"
+	echo "export HIL_SUITE=$(q "$SUITE")"
+	echo "export PATH=$(q "$REPO/.venv-hil/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")"
+	echo "export TUTTI_VENV=$(q "$REPO/.venv-hil")"
+	echo "export HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=dumb"
+	echo "export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1"
+	echo "export PYTEST_ADDOPTS='-p no:cacheprovider'"
+	for kv in "${EXTRA_ENV[@]}"; do
+		[[ "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env $kv: not KEY=VALUE"
+		echo "export ${kv%%=*}=$(q "${kv#*=}")"
+	done
+} >"$ENVF"
+
+QEMU_PID=
+cleanup() {
+	if [ -n "$QEMU_PID" ] && kill -0 "$QEMU_PID" 2>/dev/null; then
+		kill -9 "$QEMU_PID" 2>/dev/null || true
+		wait "$QEMU_PID" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
+
+QEMU=(qemu-system-x86_64
+	-accel tcg -machine q35 -m 2G -smp 2
+	-nographic -monitor none -no-reboot -vga none -nic none
+	-kernel "$VMLINUZ" -initrd "$KD/initramfs.cpio.gz"
+	-append "console=ttyS0,115200 panic=-1 mitigations=off hil_env=$ENVF"
+	-serial "file:$CONSOLE" -serial "file:$RESULTS"
+	-drive "file=$IMG_A,format=raw,if=none,id=a,cache=writeback"
+	-device nvme,serial=tuttiA,drive=a,addr=4
+	-drive "file=$IMG_B,format=raw,if=none,id=b,cache=writeback"
+	-device nvme,serial=tuttiB,drive=b,cmb_size_mb=16,addr=5
+	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap
+	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,addr=6
+)
+printf '%q ' "${QEMU[@]}" >"$LOGD/$TAG.qemu-cmd"
+echo >>"$LOGD/$TAG.qemu-cmd"
+
+start=$(date +%s.%N)
+"${QEMU[@]}" </dev/null >"$LOGD/$TAG.qemu.log" 2>&1 &
+QEMU_PID=$!
+deadline=$(($(date +%s) + TIMEOUT))
+killed=
+marker_at=
+kill_at_ms=
+now_ms() { date +%s%3N; }
+while kill -0 "$QEMU_PID" 2>/dev/null; do
+	if [ "$(date +%s)" -ge "$deadline" ]; then
+		killed=timeout
+		kill -9 "$QEMU_PID" 2>/dev/null || true
+		break
+	fi
+	if [ -n "$KILL_ON" ]; then
+		if [ -z "$marker_at" ] && grep -qa "^$KILL_ON" "$RESULTS" 2>/dev/null; then
+			marker_at=$(now_ms)
+			delay=${KILL_DELAY_MS:-$((500 + RANDOM % 2501))}
+			kill_at_ms=$((marker_at + delay))
+			log "$KVER/$TAG: saw $KILL_ON, SIGKILL of QEMU in $delay ms"
+			echo "SIGKILLed $delay ms after $KILL_ON" >"$LOGD/$TAG.kill"
+		fi
+		if [ -n "$kill_at_ms" ] && [ "$(now_ms)" -ge "$kill_at_ms" ]; then
+			killed=marker
+			kill -9 "$QEMU_PID" 2>/dev/null || true
+			break
+		fi
+		sleep 0.05
+	else
+		sleep 0.2
+	fi
+done
+set +e
+wait "$QEMU_PID" 2>/dev/null
+qrc=$?
+set -e
+QEMU_PID=
+secs=$(echo "$(date +%s.%N) - $start" | bc)
+secs=$(printf '%.1f' "$secs")
+
+exit_line=$(grep -a '^HIL-EXIT ' "$RESULTS" 2>/dev/null | tail -1 | tr -d '\r' || true)
+case "$killed" in
+timeout)
+	log "$KVER/$TAG: TIMEOUT after ${TIMEOUT}s: QEMU killed (console: $CONSOLE)"
+	echo "boot $KVER $TAG: timeout ${secs}s" >>"$HIL_BUILD/timings"
+	exit 124
+	;;
+marker)
+	log "$KVER/$TAG: QEMU SIGKILLed on purpose after ${secs}s (${delay} ms after $KILL_ON)"
+	echo "boot $KVER $TAG: killed after ${secs}s" >>"$HIL_BUILD/timings"
+	exit 137
+	;;
+esac
+echo "boot $KVER $TAG: ${secs}s" >>"$HIL_BUILD/timings"
+if [ -z "$exit_line" ]; then
+	if [ ! -s "$CONSOLE" ]; then
+		log "$KVER/$TAG: QEMU failed to start (exit $qrc): $(tail -5 "$LOGD/$TAG.qemu.log")"
+		exit 126
+	fi
+	log "$KVER/$TAG: QEMU exited ($qrc) after ${secs}s without HIL-EXIT: guest panic or init failure; last console lines:"
+	tail -15 "$CONSOLE" | sed 's/^/    /' >&2
+	exit 125
+fi
+rc=${exit_line#HIL-EXIT }
+log "$KVER/$TAG: guest finished in ${secs}s, suite exit $rc (QEMU exit $qrc)"
+exit "$rc"
