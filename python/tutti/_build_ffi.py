@@ -135,11 +135,13 @@ struct tt_batch {
     uint32_t inflight;
     int32_t err;
     uint32_t reqs;
+    uint32_t req_cap;
 };
 
 struct tt_engine_params {
     uint32_t queue_depth;
     uint32_t max_req_bytes;
+    uint32_t min_reqs;
 };
 
 struct tt_engine_stats {
