@@ -13,20 +13,22 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks -name '*.cu' | sort)
 
-.PHONY: all help deps lib ctest cuda-check gpu-test gpu-bench venv test pytest bench demo hil clean
+.PHONY: all help deps lib ctest cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
 
 all: lib
 
 help:
-	@echo "make bench      main job: store benchmark on a file-backed store (embedded default)"
-	@echo "make test       everything CI runs: C unit tests, CUDA compile check, pytest"
+	@echo "make demo       main job: vLLM on CPU reloads a long prefix from a Tutti store (TTFT cold vs warm)"
+	@echo "make test       C unit tests, CUDA compile/link + GPU tests (skip without a GPU), pytest incl. real vLLM"
+	@echo "make hil        tutti.ko + guest suite on QEMU's emulated NVMe (Debian 6.1 and 6.12, TCG)"
+	@echo "make bench      store benchmark: layer-wise retrieve vs fio and a naive reader"
+	@echo "make bench-vllm TTFT benchmark: no connector vs ExampleConnector vs TuttiConnector"
 	@echo "make lib        build/libtutti.a"
 	@echo "make ctest      C unit tests (TAP)"
 	@echo "make cuda-check compile every .cu file with nvcc (no GPU needed)"
 	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
 	@echo "make gpu-bench  gpu-test, then the GPU io_uring benchmark (results in build/gpu/out)"
 	@echo "make venv       $(VENV) with the tutti package installed"
-	@echo "make hil        tutti.ko + guest suite on QEMU's emulated NVMe (Debian 6.1 and 6.12, TCG)"
 
 deps:
 	@scripts/bootstrap.sh deps
@@ -65,12 +67,24 @@ gpu-bench:
 venv:
 	@scripts/bootstrap.sh venv
 
+vllm:
+	@scripts/bootstrap.sh vllm
+
 pytest: venv
 	$(VENV)/bin/python -m pytest -q tests
 
-test: deps lib ctest cuda-check gpu-test venv
+test: deps lib ctest cuda-check gpu-test venv vllm
 	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+test-vllm: vllm
+	$(VENV)/bin/python -m pytest -q tests/vllm
+
+demo: vllm
+	$(VENV)/bin/python -m tutti.demo
+
+bench-vllm: vllm
+	$(VENV)/bin/python benchmarks/vllm_ttft.py
 
 bench: deps venv
 	$(VENV)/bin/tutti-admin bench --path $(BUILD)/bench/store.img --size 2GiB --prefix-tokens 8192 --runs 3

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""vLLM TTFT with a long prefix: no connector vs vLLM's ExampleConnector vs TuttiConnector.
+
+Every configuration runs in fresh processes on the same machine, same model, same
+prompts.  Each request has its own >= 4K-token prefix (so vLLM's in-memory prefix
+cache never helps); a connector's "cold" process computes and stores the prefixes,
+then a second "warm" process (a restarted server) sends the same requests and
+loads them.  TTFT of one request = wall time of a 1-token greedy generation,
+requests one at a time; medians reported.  The page cache is dropped before each
+warm process when we may (root), so loads come from the disk.
+
+    python benchmarks/vllm_ttft.py                # 3 requests, 4096-token prefixes
+    python benchmarks/vllm_ttft.py --requests 5 --prefix-tokens 8192
+
+Replaces the section "vLLM: TTFT with a shared prefix (CPU)" of docs/benchmarks.md.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TITLE = "vLLM: TTFT with a shared prefix (CPU)"
+BLOCK = 128
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def run(tmp, name, spec):
+    work = os.path.join(tmp, name)
+    os.makedirs(work, exist_ok=True)
+    spec = dict(spec, stats_dir=os.path.join(work, "stats"))
+    sp, op = os.path.join(work, "spec.json"), os.path.join(work, "out.json")
+    with open(sp, "w") as f:
+        json.dump(spec, f)
+    env = dict(os.environ, VLLM_CACHE_ROOT=os.path.join(tmp, "vllm-cache"),
+               VLLM_RPC_BASE_PATH=os.path.join(tmp, "rpc"), TOKENIZERS_PARALLELISM="false")
+    os.makedirs(env["VLLM_RPC_BASE_PATH"], exist_ok=True)
+    print(f"vllm_ttft: {name} ...", file=sys.stderr, flush=True)
+    p = subprocess.run([sys.executable, "-m", "tutti.vllm.runner", sp, op], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-5000:])
+        raise SystemExit(f"vllm_ttft: run {name} failed ({p.returncode})")
+    with open(op) as f:
+        res = json.load(f)
+    print(f"vllm_ttft: {name}: TTFT {[round(t, 3) for t in res['ttft_s']]}", file=sys.stderr)
+    return res
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def write_section(path, text):
+    old = Path(path).read_text() if Path(path).exists() else "# Benchmarks\n"
+    m = re.search(r"^## " + re.escape(TITLE) + r"[ \t]*$", old, re.M)
+    if m:
+        nxt = re.compile(r"^## ", re.M).search(old, m.end())
+        new = old[:m.start()] + text + ("\n" + old[nxt.start():] if nxt else "")
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    Path(path).write_text(new)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--prefix-tokens", type=int, default=4096)
+    ap.add_argument("--model-size", default="bench", help="tutti.tiny_model size")
+    ap.add_argument("--workdir", default=None, help="default: a temporary directory (removed)")
+    ap.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
+    args = ap.parse_args(argv)
+
+    from tutti import tiny_model
+    tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-vllm-ttft-")
+    try:
+        model = tiny_model.create(os.path.join(tmp, "model"), args.model_size, seed=0)
+        with open(os.path.join(model, "config.json")) as f:
+            mc = json.load(f)
+        prompts = [tiny_model.make_prompt_ids(args.prefix_tokens + 17, seed=100 + i,
+                                              vocab_size=mc["vocab_size"])
+                   for i in range(args.requests)]
+        base = dict(model=model, prompts=prompts, max_tokens=4, block_size=BLOCK,
+                    max_model_len=args.prefix_tokens + 256, ttft=True, concurrent=False,
+                    kv_cache_gib=2)
+        store = os.path.join(tmp, "tutti", "kv.img")
+        example_dir = os.path.join(tmp, "example")
+        os.makedirs(example_dir, exist_ok=True)
+        tutti_extra = {"path": store, "capacity": "1GiB"}
+        results = {}
+        results["none"] = run(tmp, "none", dict(base, connector="none"))
+        results["example-cold"] = run(tmp, "example-cold", dict(
+            base, connector="example", extra={"shared_storage_path": example_dir}))
+        dropped = drop_caches()
+        results["example-warm"] = run(tmp, "example-warm", dict(
+            base, connector="example", extra={"shared_storage_path": example_dir}))
+        results["tutti-cold"] = run(tmp, "tutti-cold", dict(base, connector="tutti",
+                                                            extra=tutti_extra))
+        dropped = drop_caches() and dropped
+        results["tutti-warm"] = run(tmp, "tutti-warm", dict(base, connector="tutti",
+                                                            extra=tutti_extra))
+        same = {k: results[k]["outputs"] == results["none"]["outputs"] for k in results}
+        med = {k: statistics.median(v["ttft_s"]) for k, v in results.items()}
+        w = results["tutti-warm"]["stats"].get("worker0", {})
+        s = results["tutti-warm"]["stats"].get("scheduler", {})
+        n_layers, kvh = mc["num_hidden_layers"], mc["num_key_value_heads"]
+        head_dim = mc["hidden_size"] // mc["num_attention_heads"]
+        block_bytes = n_layers * 2 * BLOCK * kvh * head_dim * 2
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    cmd = "python benchmarks/vllm_ttft.py " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
+    import vllm
+    rows = [
+        ("no connector", "none", "—"),
+        ("ExampleConnector, cold (computes, saves)", "example-cold", "—"),
+        ("ExampleConnector, warm (2nd process)", "example-warm", "—"),
+        ("TuttiConnector, cold (computes, saves)", "tutti-cold", "—"),
+        ("TuttiConnector, warm (2nd process)", "tutti-warm",
+         f"{w.get('load_blocks', 0) * BLOCK} tokens ({w.get('load_bytes', 0) / 2**20:.0f} MiB) loaded "
+         f"over {args.requests} requests; {w.get('load_s', 0) / args.requests * 1e3:.0f} ms per request "
+         "from lookup to last layer verified, overlapping the forward"),
+    ]
+    lines = [f"## {TITLE}", "",
+             f"Measured {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} with:",
+             "", "```", cmd.strip(), "```", "",
+             f"- Machine: {platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux "
+             f"{platform.release()}, Python {platform.python_version()}, vLLM {vllm.__version__} (CPU build)",
+             f"- Model: Llama-style, random weights made locally (`tutti.tiny_model` size `{args.model_size}`): "
+             f"{n_layers} layers, hidden {mc['hidden_size']}, {mc['num_attention_heads']} heads / {kvh} KV heads, "
+             f"bf16; vLLM block size {BLOCK} tokens ({block_bytes / 2**20:.1f} MiB of KV per block)",
+             f"- Workload: {args.requests} requests, each with its own {args.prefix_tokens}-token prefix + 17 "
+             "tokens; one request at a time; TTFT = wall time of a 1-token greedy generation. Cold = the "
+             "process that computes (and, with a connector, stores) the prefixes; warm = a second, fresh "
+             "process sending the same requests. Store: a file on the machine's disk (O_DIRECT); "
+             f"page cache dropped before warm runs: {'yes' if dropped else 'no (not root)'}.",
+             f"- Load average at the end of the run: {os.getloadavg()[0]:.1f} (other jobs share this "
+             "machine; TTFTs of one configuration vary accordingly).",
+             f"- Greedy outputs identical to the no-connector run: "
+             + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items() if k != "none"),
+             "", "| Configuration | TTFT median | Runs (s) | Notes |", "|---|---|---|---|"]
+    for label, key, note in rows:
+        runs = " / ".join(f"{t:.3f}" for t in results[key]["ttft_s"])
+        lines.append(f"| {label} | {med[key]:.3f} s | {runs} | {note} |")
+    r1 = med["tutti-warm"] / med["none"]
+    r2 = med["tutti-warm"] / med["example-warm"]
+    lines += ["", "| Ratio | Value | Target | Met |", "|---|---|---|---|",
+              f"| Tutti warm / cold (no connector) | {r1:.3f} | ≤ 0.3 | {'yes' if r1 <= 0.3 else 'no'} |",
+              f"| Tutti warm / ExampleConnector warm | {r2:.3f} | ≤ 1 | {'yes' if r2 <= 1 else 'no'} |",
+              "", f"Scheduler side (warm process): {s.get('hit_tokens', 0)} of {s.get('query_tokens', 0)} "
+              f"prompt tokens promised from the store; worker: {w.get('load_errors', 0)} load errors, "
+              f"{w.get('corrupt_blocks', 0)} corrupt blocks.", ""]
+    text = "\n".join(lines)
+    print(text)
+    write_section(args.output, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

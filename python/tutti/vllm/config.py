@@ -1,0 +1,158 @@
+"""``kv_connector_extra_config`` of TuttiConnector: parsing, validation, the model fingerprint.
+
+Every option has a default; an unknown option or a bad value is an error that
+names the option, so a typo never silently turns the cache off.
+"""
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
+          "tib": 1 << 40}
+
+DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "tutti")
+
+
+class ConfigError(ValueError):
+    """A bad ``kv_connector_extra_config`` for TuttiConnector."""
+
+
+def parse_size(value, name="capacity") -> int:
+    """Bytes from an int or a string like ``"2GiB"``, ``"512 MiB"``, ``"10GB"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name}: expected a size like '2GiB', got {value!r}")
+    if isinstance(value, (int, float)):
+        n = int(value)
+    else:
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ConfigError(f"{name}: expected a size like '2GiB' or a byte count, got {value!r}")
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise ConfigError(f"{name}: must be > 0, got {value!r}")
+    return n
+
+
+def _bool(value, name):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigError(f"{name}: expected true or false, got {value!r}")
+
+
+@dataclass
+class TuttiConfig:
+    """Options of the connector (all keys of ``kv_connector_extra_config``)."""
+
+    path: list = field(default_factory=list)  # member paths; "{rank}" is the TP rank
+    capacity: int = 4 << 30                   # bytes of KV data, when the store is created
+    create: bool = True                       # format a missing store
+    engine: str = "auto"                      # libtutti I/O engine: auto, uring, psync
+    verify: bool = True                       # checksum every loaded block
+    model_id: str = ""                        # default: the model's name or path
+    load_failure_policy: str = "recompute"    # what vLLM does with a block that failed to load
+    lookahead_layers: int = 2                 # layers of a load in flight ahead of the model
+    save: bool = True                         # store new blocks
+    load: bool = True                         # load stored blocks
+
+    KEYS = ("path", "capacity", "create", "engine", "verify", "model_id", "load_failure_policy",
+            "lookahead_layers", "save", "load")
+
+    @classmethod
+    def from_extra(cls, extra: dict) -> "TuttiConfig":
+        extra = dict(extra or {})
+        unknown = sorted(set(extra) - set(cls.KEYS))
+        if unknown:
+            raise ConfigError(f"TuttiConnector: unknown option(s) {unknown} in "
+                              f"kv_connector_extra_config; known: {list(cls.KEYS)}")
+        c = cls()
+        if "path" in extra:
+            p = extra["path"]
+            paths = [p] if isinstance(p, (str, os.PathLike)) else list(p)
+            if not paths or not all(isinstance(x, (str, os.PathLike)) and str(x) for x in paths):
+                raise ConfigError(f"path: expected a path or a list of paths, got {p!r}")
+            c.path = [os.fspath(x) for x in paths]
+        if "capacity" in extra:
+            c.capacity = parse_size(extra["capacity"])
+        for name in ("create", "verify", "save", "load"):
+            if name in extra:
+                setattr(c, name, _bool(extra[name], name))
+        if "engine" in extra:
+            if extra["engine"] not in ("auto", "uring", "psync"):
+                raise ConfigError(f"engine: expected auto, uring or psync, got {extra['engine']!r}")
+            c.engine = extra["engine"]
+        if "model_id" in extra:
+            if not isinstance(extra["model_id"], str) or not extra["model_id"]:
+                raise ConfigError(f"model_id: expected a non-empty string, got {extra['model_id']!r}")
+            c.model_id = extra["model_id"]
+        if "load_failure_policy" in extra:
+            if extra["load_failure_policy"] not in ("recompute", "fail"):
+                raise ConfigError("load_failure_policy: expected 'recompute' or 'fail', got "
+                                  f"{extra['load_failure_policy']!r}")
+            c.load_failure_policy = extra["load_failure_policy"]
+        if "lookahead_layers" in extra:
+            n = extra["lookahead_layers"]
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(f"lookahead_layers: expected an integer >= 1, got {n!r}")
+            c.lookahead_layers = n
+        return c
+
+    def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:
+        """This rank's member paths (each rank keeps its own store)."""
+        paths = self.path or [os.path.join(DEFAULT_DIR, _safe_name(model_id) + ".tutti")]
+        out = []
+        for p in paths:
+            if "{rank}" in p:
+                p = p.replace("{rank}", str(rank))
+            elif tp_size > 1:
+                p = f"{p}.rank{rank}"
+            out.append(os.path.expanduser(p))
+        return out
+
+
+def _safe_name(model_id):
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id.strip("/"))[-64:] or "model"
+    return f"{base}-{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What identifies the KV cache of one served model (both connector roles derive it)."""
+
+    model_id: str
+    dtype: str
+    n_layers: int
+    kv_heads: int      # per TP rank
+    head_dim: int
+    block_size: int
+    tp_size: int
+
+    @classmethod
+    def from_vllm(cls, vllm_config, cfg: TuttiConfig) -> "ModelShape":
+        mc, cc, pc = vllm_config.model_config, vllm_config.cache_config, vllm_config.parallel_config
+        if pc.pipeline_parallel_size > 1:
+            raise ConfigError("TuttiConnector does not support pipeline parallelism yet "
+                              f"(pipeline_parallel_size={pc.pipeline_parallel_size})")
+        tp = pc.tensor_parallel_size
+        dtype = cc.cache_dtype
+        if dtype in (None, "auto"):
+            dtype = str(mc.dtype).removeprefix("torch.")
+        return cls(model_id=cfg.model_id or str(mc.model), dtype=str(dtype),
+                   n_layers=mc.get_num_layers(pc), kv_heads=mc.get_num_kv_heads(pc),
+                   head_dim=mc.get_head_size(), block_size=cc.block_size, tp_size=tp)
+
+    def fingerprint(self, tp_rank: int):
+        from ..model import Fingerprint
+        return Fingerprint(model_id=self.model_id[:127], dtype=self.dtype[:15],
+                           n_layers=self.n_layers, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                           block_size=self.block_size, tp_rank=tp_rank, tp_size=self.tp_size)
+
+    def key_prefix(self) -> bytes:
+        """Bytes put before vLLM's block hash to make a store key: the same prefix of tokens
+        under another model, dtype or block size is another key."""
+        ident = (f"tutti-vllm-v1|{self.model_id}|{self.dtype}|{self.n_layers}|{self.kv_heads}|"
+                 f"{self.head_dim}|{self.block_size}|{self.tp_size}|")
+        return ident.encode()

@@ -1,0 +1,173 @@
+"""The connector facade vLLM loads: one class, two roles.
+
+vLLM builds it twice: with role SCHEDULER in the engine core (index, matching,
+per-step metadata: scheduler.py) and with role WORKER in every worker (data
+movement: worker.py).  In vLLM's default multiprocess mode the two live in
+different processes and talk only through the metadata vLLM carries.
+"""
+import json
+import logging
+import os
+from typing import Any
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorRole,
+)
+
+from .config import ConfigError, ModelShape, TuttiConfig
+from .metadata import TuttiMetadata
+from .stats import TuttiStats, build_prom_metrics
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:  # pragma: no cover - vLLM without the hybrid allocator interface
+    SupportsHMA = object
+
+try:
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+    _DISK = getattr(CacheHitSource, "DISK", None)
+except ImportError:  # pragma: no cover
+    _DISK = None
+
+log = logging.getLogger("vllm.tutti")
+
+
+
+def _stats_dir():
+    """Tests and the demo read totals from here (each role writes its own file)."""
+    return os.environ.get("TUTTI_VLLM_STATS_DIR")
+
+
+def _tp_rank():
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        return get_tensor_model_parallel_rank()
+    except Exception:  # noqa: BLE001 - not initialised (single process)
+        return 0
+
+
+class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
+    """Long shared prefixes load from SSD instead of being recomputed."""
+
+    if _DISK is not None:
+        _cache_hit_source = _DISK
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        self.cfg = TuttiConfig.from_extra(self._kv_transfer_config.kv_connector_extra_config)
+        self.shape = ModelShape.from_vllm(vllm_config, self.cfg)
+        groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
+        if len(groups) > 1:
+            raise ConfigError(f"TuttiConnector supports models with one KV cache group "
+                              f"(full attention everywhere); this one has {len(groups)}")
+        self._stats = TuttiStats()
+        self._totals = TuttiStats()   # since start, for TUTTI_VLLM_STATS_DIR
+        self._sched = self._worker = None
+        if role == KVConnectorRole.SCHEDULER:
+            from .scheduler import SchedulerSide
+            policy = self.cfg.load_failure_policy
+            if self._kv_transfer_config.kv_load_failure_policy != policy:
+                # A block that fails its checksum is recomputed, not an error for the user.
+                log.info("tutti: kv_load_failure_policy set to %r", policy)
+                self._kv_transfer_config.kv_load_failure_policy = policy
+            self._sched = SchedulerSide(self.cfg, self.shape, vllm_config, self._stats)
+        else:
+            from .worker import WorkerSide
+            self._worker = WorkerSide(self.cfg, self.shape, _tp_rank(), self._stats)
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a cache: a dropped save is a future miss
+
+    # --- worker side --------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches):
+        num_blocks = getattr(self._kv_cache_config, "num_blocks", None)
+        if num_blocks is None:
+            num_blocks = next(iter(kv_caches.values())).shape[0]
+        self._worker.register_kv_caches(kv_caches, num_blocks)
+
+    def _meta(self):
+        meta = self._connector_metadata
+        return meta if isinstance(meta, TuttiMetadata) else None
+
+    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+        meta = self._meta()
+        if meta is not None and self._worker is not None:
+            self._worker.start_load(meta)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        if self._worker is not None:
+            self._worker.wait_layer(layer_name)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs: Any) -> None:
+        meta = self._meta()
+        if meta is not None and self._worker is not None:
+            self._worker.save_layer(meta, layer_name)
+
+    def wait_for_save(self):
+        if self._worker is not None:
+            self._worker.finish_save()
+
+    def get_block_ids_with_load_errors(self) -> set:
+        return self._worker.take_load_errors() if self._worker is not None else set()
+
+    def build_connector_worker_meta(self):
+        return self._worker.take_worker_meta() if self._worker is not None else None
+
+    def get_kv_connector_stats(self):
+        if self._stats.is_empty():
+            return None
+        out = TuttiStats(data=dict(self._stats.data))
+        self._stats.reset()
+        self._totals.aggregate(out)
+        if _stats_dir():
+            self._dump_totals()
+        return out
+
+    def _dump_totals(self):
+        role = "scheduler" if self._sched is not None else f"worker{self._worker.rank}"
+        path = os.path.join(_stats_dir(), f"{role}-{os.getpid()}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(self._totals.data, f)
+        os.replace(path + ".tmp", path)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return TuttiStats(data=dict(data)) if data is not None else TuttiStats()
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    def shutdown(self):
+        if self._worker is not None:
+            self._worker.close()
+        if self._sched is not None:
+            self._sched.close()
+
+    # --- scheduler side -----------------------------------------------------------
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        return self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self._sched.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output):
+        return self._sched.build_connector_meta(scheduler_output)
+
+    def update_connector_output(self, connector_output):
+        self._sched.update_connector_output(connector_output)
+
+    def request_finished(self, request, block_ids):
+        return self._sched.request_finished(request)
+
+    def request_finished_all_groups(self, request, block_ids):
+        return self._sched.request_finished(request)
+
+    def bind_kv_cache_manager(self, kv_cache_manager):
+        super().bind_kv_cache_manager(kv_cache_manager)
+        if self._sched is not None:
+            self._sched.kv_cache_manager = kv_cache_manager

@@ -1,0 +1,108 @@
+"""Run one vLLM engine on a list of prompts and write what happened as JSON.
+
+    python -m tutti.vllm.runner SPEC.json OUT.json
+
+The demo, the tests and the benchmark start one process per engine with this,
+so "a second process" is real: nothing but the store survives between runs.
+SPEC keys: model, connector ("none" | "tutti" | "example"), extra (connector
+options), prompts (lists of token ids), max_tokens, block_size, max_model_len,
+multiprocess (bool), ttft (measure time to first token per prompt, one at a
+time), concurrent (all prompts in one batch), max_num_batched_tokens,
+prefix_caching (vLLM's own), abort_after_s (SIGKILL ourselves mid-run).
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+
+def _stats_totals(stats_dir):
+    out = {}
+    for path in glob.glob(os.path.join(stats_dir, "*.json")):
+        role = os.path.basename(path).split("-")[0]
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        agg = out.setdefault(role, {})
+        for k, v in data.items():
+            agg[k] = agg.get(k, 0) + v
+    return out
+
+
+def run(spec):
+    stats_dir = spec["stats_dir"]
+    os.makedirs(stats_dir, exist_ok=True)
+    os.environ["TUTTI_VLLM_STATS_DIR"] = stats_dir
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if spec.get("multiprocess") else "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_cache_gib", 1)))
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+
+    kv = None
+    connector = spec.get("connector", "tutti")
+    if connector == "tutti":
+        kv = KVTransferConfig(kv_connector="TuttiConnector", kv_connector_module_path="tutti.vllm",
+                              kv_role="kv_both", kv_connector_extra_config=spec.get("extra", {}))
+    elif connector == "example":
+        kv = KVTransferConfig(kv_connector="ExampleConnector", kv_role="kv_both",
+                              kv_connector_extra_config=spec.get("extra", {}))
+    t0 = time.perf_counter()
+    kwargs = dict(model=spec["model"], block_size=spec.get("block_size", 32),
+                  max_model_len=spec.get("max_model_len", 4096), enforce_eager=True,
+                  enable_prefix_caching=spec.get("prefix_caching", True), seed=0,
+                  disable_log_stats=True, kv_transfer_config=kv)
+    if spec.get("max_num_batched_tokens"):
+        kwargs["max_num_batched_tokens"] = spec["max_num_batched_tokens"]
+    llm = LLM(**kwargs)
+    init_s = time.perf_counter() - t0
+    if spec.get("abort_after_s"):
+        def _kill():
+            time.sleep(spec["abort_after_s"])
+            os.kill(os.getpid(), 9)
+        threading.Thread(target=_kill, daemon=True).start()
+    greedy = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0.0, ignore_eos=True)
+    first = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    prompts = [{"prompt_token_ids": p} for p in spec["prompts"]]
+    ttft = []
+    outputs = []
+    t1 = time.perf_counter()
+    if spec.get("ttft"):
+        for p in prompts:
+            t = time.perf_counter()
+            llm.generate([p], first, use_tqdm=False)
+            ttft.append(time.perf_counter() - t)
+    if spec.get("concurrent", True):
+        res = llm.generate(prompts, greedy, use_tqdm=False)
+        outputs = [list(r.outputs[0].token_ids) for r in res]
+    else:
+        for p in prompts:
+            res = llm.generate([p], greedy, use_tqdm=False)
+            outputs.append(list(res[0].outputs[0].token_ids))
+    gen_s = time.perf_counter() - t1
+    del llm
+    return {"outputs": outputs, "ttft_s": ttft,
+            "ttft_median_s": statistics.median(ttft) if ttft else None,
+            "init_s": init_s, "gen_s": gen_s, "stats": _stats_totals(stats_dir)}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    result = run(spec)
+    result["stats"] = _stats_totals(spec["stats_dir"])
+    with open(argv[1], "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""Scheduler side of TuttiConnector: the index, matching, and each step's work.
+
+The index maps a key to its slot on every TP rank's store.  It starts from a
+read-only view of the on-disk slot tables (so a restarted server finds what was
+stored before) and follows every change the workers report (commits, slots
+reused or dropped).  A key counts as stored only when every rank has it.
+
+The index is a hint, never the authority: workers look keys up in their own
+store before reading and verify every block, and a miss there is reported as
+a load error, so vLLM recomputes.  A stale hint costs time, never correctness.
+"""
+import logging
+import os
+
+from .metadata import BlockTransfer, TuttiMetadata
+
+log = logging.getLogger("vllm.tutti")
+
+
+class _ReqState:
+    __slots__ = ("request", "next_save", "local_tokens")
+
+    def __init__(self, request):
+        self.request = request
+        self.next_save = 0       # first block not yet considered for saving
+        self.local_tokens = 0    # vLLM's own prefix-cache hit, from the last match
+
+
+class RankIndex:
+    """key -> slot of one rank's store, seeded lazily from a read-only snapshot."""
+
+    def __init__(self, paths, fingerprint, engine):
+        self.paths, self.fp, self.engine = paths, fingerprint, engine
+        self.key_slot, self.slot_key = {}, {}
+        self.touched = set()     # slots changed since the snapshot was taken
+        self.snap_miss = set()
+        self._snap = None
+        self._snap_tried = False
+
+    def _snapshot(self):
+        if not self._snap_tried:
+            self._snap_tried = True
+            if all(os.path.exists(p) for p in self.paths):
+                from ..store import Store
+                try:
+                    self._snap = Store.open(self.paths, expect=self.fp, readonly=True, shared=True,
+                                            engine="psync")
+                except Exception as e:  # noqa: BLE001 - the worker reports the real error
+                    log.warning("tutti: scheduler could not read the slot table of %s: %s",
+                                self.paths, e)
+        return self._snap
+
+    def slot_of(self, key):
+        slot = self.key_slot.get(key)
+        if slot is not None or key in self.snap_miss:
+            return slot
+        snap = self._snapshot()
+        if snap is not None:
+            slot = snap.lookup([key])[0]
+            if slot is not None and slot not in self.touched and slot not in self.slot_key:
+                self._set(slot, key)
+                return slot
+        self.snap_miss.add(key)
+        return None
+
+    def _set(self, slot, key):
+        old = self.slot_key.pop(slot, None)
+        if old is not None:
+            self.key_slot.pop(old, None)
+        if key is not None:
+            prev = self.key_slot.pop(key, None)
+            if prev is not None:
+                self.slot_key.pop(prev, None)
+            self.key_slot[key] = slot
+            self.slot_key[slot] = key
+            self.snap_miss.discard(key)
+
+    def apply(self, slot, key):
+        self.touched.add(slot)
+        self._set(slot, key)
+
+    def forget(self, key):
+        slot = self.key_slot.pop(key, None)
+        if slot is not None:
+            self.slot_key.pop(slot, None)
+            self.touched.add(slot)
+        self.snap_miss.add(key)
+
+    def close(self):
+        if self._snap is not None:
+            self._snap.close()
+            self._snap = None
+
+
+class SchedulerSide:
+    def __init__(self, cfg, shape, vllm_config, stats):
+        self.cfg, self.shape, self.stats = cfg, shape, stats
+        self.block_size = shape.block_size
+        self.prefix = shape.key_prefix()
+        self.ranks = [RankIndex(cfg.member_paths(shape.model_id, r, shape.tp_size),
+                                shape.fingerprint(r), cfg.engine) for r in range(shape.tp_size)]
+        self.reqs = {}
+        self.pending_loads = []
+        algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
+        if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
+            log.warning("tutti: prefix_caching_hash_algo=%s without PYTHONHASHSEED gives block hashes "
+                        "that differ in every process: nothing stored will be found after a "
+                        "restart (set PYTHONHASHSEED to one value everywhere, or use sha256)", algo)
+
+    # --- keys and presence -------------------------------------------------------
+
+    def key(self, block_hash) -> bytes:
+        return self.prefix + bytes(block_hash)
+
+    def present(self, key) -> bool:
+        return all(r.slot_of(key) is not None for r in self.ranks)
+
+    def _loadable_blocks(self, request):
+        """Full prompt blocks that may come from the store: one token is always computed."""
+        n = (request.num_prompt_tokens - 1) // self.block_size
+        return min(n, len(request.block_hashes))
+
+    # --- vLLM hooks ---------------------------------------------------------------
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        if not self.cfg.load:
+            return 0, False
+        first = num_computed_tokens // self.block_size
+        last = first
+        limit = self._loadable_blocks(request)
+        hashes = request.block_hashes
+        while last < limit and self.present(self.key(hashes[last])):
+            last += 1
+        st = self.reqs.get(request.request_id)
+        if st is None:
+            st = self.reqs[request.request_id] = _ReqState(request)
+        st.local_tokens = num_computed_tokens
+        return (last - first) * self.block_size, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        st = self.reqs.get(request.request_id)
+        if st is None:
+            st = self.reqs[request.request_id] = _ReqState(request)
+        query = request.num_prompt_tokens - st.local_tokens
+        self.stats.add(query_tokens=max(query, 0), hit_tokens=num_external_tokens)
+        if num_external_tokens <= 0:
+            return
+        block_ids = blocks.get_block_ids()[0]
+        first = st.local_tokens // self.block_size
+        n = num_external_tokens // self.block_size
+        keys = [self.key(h) for h in request.block_hashes[first:first + n]]
+        self.pending_loads.append(BlockTransfer(request.request_id, keys,
+                                                list(block_ids[first:first + n])))
+        # Loaded blocks need no save.
+        st.next_save = max(st.next_save, first + n)
+
+    def build_connector_meta(self, scheduler_output):
+        meta = TuttiMetadata(loads=self.pending_loads)
+        self.pending_loads = []
+        if not self.cfg.save:
+            return meta
+        new_computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
+        new_blocks = {r.req_id: r.block_ids for r in scheduler_output.scheduled_new_reqs}
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            new_computed[req_id] = cached.num_computed_tokens[i]
+        block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+        seen = set()
+        for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
+            st = self.reqs.get(req_id)
+            if st is None or req_id not in new_computed:
+                continue
+            req = st.request
+            done = min(new_computed[req_id] + n_sched, req.num_prompt_tokens)
+            upto = min(done // self.block_size, len(req.block_hashes))
+            if upto <= st.next_save:
+                continue
+            block_ids = None
+            if block_state is not None:
+                ids = block_state.get_block_ids(req_id)
+                block_ids = ids[0] if ids else None
+            if block_ids is None and req_id in new_blocks:
+                block_ids = new_blocks[req_id][0]
+            if block_ids is None:
+                block_ids = self._block_ids_fallback(req_id)
+            if block_ids is None or len(block_ids) < upto:
+                continue
+            keys, ids = [], []
+            for b in range(st.next_save, upto):
+                k = self.key(req.block_hashes[b])
+                if k in seen or self.present(k):
+                    continue
+                seen.add(k)
+                keys.append(k)
+                ids.append(block_ids[b])
+            st.next_save = upto
+            if keys:
+                meta.saves.append(BlockTransfer(req_id, keys, ids))
+        return meta
+
+    def _block_ids_fallback(self, req_id):
+        mgr = getattr(self, "kv_cache_manager", None)
+        if mgr is None:
+            return None
+        try:
+            return mgr.get_block_ids(req_id)[0]
+        except Exception:  # noqa: BLE001
+            return None
+
+    def update_connector_output(self, connector_output):
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        if meta is None or not hasattr(meta, "events"):
+            return
+        for ev in meta.events:
+            if 0 <= ev.rank < len(self.ranks):
+                self.ranks[ev.rank].apply(ev.slot, ev.key)
+        for rank, key in meta.missing:
+            if 0 <= rank < len(self.ranks):
+                self.ranks[rank].forget(key)
+
+    def request_finished(self, request):
+        self.reqs.pop(request.request_id, None)
+        # Saves are durable at the end of the step that computed the block.
+        return False, None
+
+    def close(self):
+        for r in self.ranks:
+            r.close()

@@ -1,0 +1,89 @@
+"""Connector statistics: vLLM's KVConnectorStats, and a Prometheus form.
+
+Workers and the scheduler each count what they see during a step; vLLM
+aggregates the dicts across ranks and logging intervals and calls reduce()
+for its periodic log line.
+"""
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+
+COUNTERS = (
+    "hit_tokens",        # scheduler: tokens promised from the store
+    "query_tokens",      # scheduler: prompt tokens asked about
+    "load_blocks", "load_bytes", "load_s",
+    "load_errors",       # blocks missing or failing their checksum: recomputed
+    "corrupt_blocks",
+    "save_blocks", "save_bytes", "save_s",
+    "save_errors",
+)
+
+
+class TuttiStats(KVConnectorStats):
+    """Counters of one interval; ``aggregate`` adds, ``reduce`` derives rates."""
+
+    def __post_init__(self):
+        for k in COUNTERS:
+            self.data.setdefault(k, 0)
+
+    def add(self, **kv):
+        for k, v in kv.items():
+            self.data[k] = self.data.get(k, 0) + v
+
+    def reset(self):
+        self.data = {k: 0 for k in COUNTERS}
+
+    def aggregate(self, other):
+        if other is not None:
+            for k, v in other.data.items():
+                self.data[k] = self.data.get(k, 0) + v
+        return self
+
+    def is_empty(self):
+        return not any(self.data.get(k) for k in COUNTERS)
+
+    def reduce(self):
+        d = self.data
+        out = {k: d.get(k, 0) for k in ("hit_tokens", "load_blocks", "save_blocks",
+                                        "load_errors", "corrupt_blocks", "save_errors")}
+        out["load_GBps"] = round(d["load_bytes"] / d["load_s"] / 1e9, 3) if d.get("load_s") else 0.0
+        out["save_GBps"] = round(d["save_bytes"] / d["save_s"] / 1e9, 3) if d.get("save_s") else 0.0
+        out["load_ms"] = round(d.get("load_s", 0) * 1e3, 1)
+        out["save_ms"] = round(d.get("save_s", 0) * 1e3, 1)
+        q = d.get("query_tokens", 0)
+        out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0
+        return out
+
+
+def prometheus_text(data: dict, prefix="tutti_vllm") -> str:
+    """Counters in the Prometheus text exposition format (e.g. for a textfile collector)."""
+    lines = []
+    for k in COUNTERS:
+        family = f"{prefix}_{k[:-2]}_seconds" if k.endswith("_s") else f"{prefix}_{k}"
+        lines.append(f"# TYPE {family} counter")
+        lines.append(f"{family}_total {data.get(k, 0)}")
+    return "\n".join(lines) + "\n"
+
+
+def build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues):
+    """Prometheus counters registered through vLLM's connector metrics hook."""
+    from prometheus_client import Counter
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
+
+    class TuttiPromMetrics(KVConnectorPromMetrics):
+        def __init__(self):
+            super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+            counter = metric_types.get(Counter, Counter)
+            self._counters = {}
+            for k in COUNTERS:
+                name = (f"tutti:{k[:-2]}_seconds" if k.endswith("_s") else f"tutti:{k}")
+                c = counter(name=name, documentation=f"Tutti connector: {k}",
+                            labelnames=labelnames)
+                self._counters[k] = {idx: c.labels(*vals)
+                                     for idx, vals in per_engine_labelvalues.items()}
+
+        def observe(self, transfer_stats_data, engine_idx=0):
+            for k, per_engine in self._counters.items():
+                v = transfer_stats_data.get(k, 0)
+                if v and engine_idx in per_engine:
+                    per_engine[engine_idx].inc(v)
+
+    return TuttiPromMetrics()

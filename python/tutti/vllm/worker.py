@@ -1,0 +1,325 @@
+"""Worker side of TuttiConnector: moves KV blocks between vLLM's cache and the store.
+
+One store per TP rank, opened read-write by that rank's worker (exclusive lock:
+a second server on the same store is refused).  Loads are layer-wise: a step's
+blocks are looked up, then ``lookahead`` layers are in flight ahead of the
+model and ``wait_for_layer_load`` waits for exactly its layer.  Saves are
+submitted layer by layer as the model computes them and committed in
+``wait_for_save``: data durable first, then the commit records, so a block
+whose layers were not all written is never committed.
+"""
+import errno
+import logging
+import os
+import time
+
+from .layout import MemMap, from_kv_caches
+from .metadata import SlotEvent, TuttiWorkerMeta
+
+log = logging.getLogger("vllm.tutti")
+
+
+_CRASH_AFTER = [int(os.environ.get("TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS", "0"))]
+
+
+def _crash_point():
+    """Test hook: SIGKILL this process after N layers of saves were submitted (mid-transaction)."""
+    if _CRASH_AFTER[0] > 0:
+        _CRASH_AFTER[0] -= 1
+        if _CRASH_AFTER[0] == 0:
+            os.kill(os.getpid(), 9)
+
+
+class StoreMismatchError(RuntimeError):
+    """The configured store was made for another model or KV layout."""
+
+
+def open_store(cfg, shape, rank, layout):
+    """Open this rank's store, creating it if allowed; refuse a store of another model."""
+    from ..errors import FingerprintMismatch
+    from ..store import Store
+
+    paths = cfg.member_paths(shape.model_id, rank, shape.tp_size)
+    fp = shape.fingerprint(rank)
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        if not cfg.create:
+            raise FileNotFoundError(f"tutti: store member(s) {missing} do not exist and "
+                                    "'create' is false")
+        for p in paths:
+            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
+        Store.format(paths, fp, capacity_bytes=cfg.capacity, n_spans=layout.n_spans,
+                     span_bytes=layout.span_bytes)
+        log.info("tutti: created store %s (%d bytes of KV, %d x %d spans of %d bytes per block)",
+                 paths, cfg.capacity, layout.n_layers, layout.n_spans, layout.span_bytes)
+    try:
+        store = Store.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify)
+    except FingerprintMismatch as e:
+        try:
+            with Store.open(paths, readonly=True, shared=True, engine="psync") as other:
+                have = other.fingerprint
+        except Exception:  # noqa: BLE001
+            have = "unreadable"
+        raise StoreMismatchError(
+            f"tutti: store {paths} was made for another model or KV layout and is refused "
+            f"(never serving another model's KV).\n  store holds: {have}\n  this server:  {fp}\n"
+            "Use another 'path' in kv_connector_extra_config, or reformat it with "
+            "`tutti-admin format --force`.") from e
+    g = store.geometry
+    if (g.n_layers, g.n_spans, g.span_bytes) != (layout.n_layers, layout.n_spans, layout.span_bytes):
+        store.close()
+        raise StoreMismatchError(
+            f"tutti: store {paths} holds blocks of {g.n_layers} layers x {g.n_spans} spans x "
+            f"{g.span_bytes} bytes, but this server's KV cache has {layout.n_layers} x "
+            f"{layout.n_spans} x {layout.span_bytes}: refused")
+    return store
+
+
+class _Load:
+    """One step's layer-wise read transaction."""
+
+    def __init__(self, txn, block_ids, slots, n_layers, t0):
+        self.txn, self.block_ids, self.slots = txn, block_ids, slots
+        self.n_layers = n_layers
+        self.submitted = 0
+        self.waited = set()
+        self.t0 = t0
+
+
+class WorkerSide:
+    def __init__(self, cfg, shape, rank, stats):
+        self.cfg, self.shape, self.rank, self.stats = cfg, shape, rank, stats
+        self.store = None
+        self.layout = None
+        self.mm = None
+        self._load = None
+        self._save = None       # (txn, keys, t0)
+        self._save_layers = 0
+        self._errors = set()
+        self._events = []
+        self._missing = []
+
+    # --- set-up ---------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches, num_blocks):
+        self.layout = from_kv_caches(kv_caches, num_blocks)
+        if not self.layout.device.startswith("cpu"):
+            raise NotImplementedError(
+                f"tutti: KV cache on {self.layout.device}: this build moves blocks between files "
+                "and host memory only (the GPU data path is issue 5)")
+        self.mm = MemMap(self.layout)
+        self.store = open_store(self.cfg, self.shape, self.rank, self.layout)
+        log.info("tutti: rank %d store %s, engine %s, %d slots", self.rank, self.store.paths,
+                 self.store.engine, self.store.geometry.n_slots)
+
+    def layer_index(self, layer_name):
+        return self.layout.name_to_layer.get(layer_name)
+
+    # --- loads ------------------------------------------------------------------------
+
+    def start_load(self, meta):
+        self._finish_load()  # a previous step's load that never saw its last layer
+        if not meta.loads or self.store is None:
+            return
+        keys, ids = [], []
+        for t in meta.loads:
+            keys += t.keys
+            ids += t.block_ids
+        t0 = time.perf_counter()
+        try:
+            slots = self.store.lookup(keys)
+        except Exception as e:  # noqa: BLE001 - never fail the forward: recompute instead
+            log.error("tutti: lookup failed, %d blocks will be recomputed: %s", len(keys), e)
+            self._fail(ids)
+            return
+        found = [(s, b) for s, b, k in zip(slots, ids, keys) if s is not None]
+        for s, b, k in zip(slots, ids, keys):
+            if s is None:
+                self._errors.add(b)
+                self._missing.append((self.rank, k))
+        if len(found) < len(keys):
+            self.stats.add(load_errors=len(keys) - len(found))
+        if not found:
+            return
+        fslots = [s for s, _ in found]
+        fids = [b for _, b in found]
+        try:
+            txn = self.store.read(fslots)
+        except Exception as e:  # noqa: BLE001
+            log.error("tutti: read of %d blocks failed to start: %s", len(fids), e)
+            self._fail(fids)
+            return
+        self._load = _Load(txn, fids, fslots, self.layout.n_layers, t0)
+        self._submit_upto(min(self.cfg.lookahead_layers, self.layout.n_layers))
+
+    def _submit_upto(self, n):
+        ld = self._load
+        while ld.submitted < n:
+            ld.txn.layer(ld.submitted, self.mm.memmap, ld.block_ids)
+            ld.submitted += 1
+
+    def wait_layer(self, layer_name):
+        ld = self._load
+        if ld is None:
+            return
+        layer = self.layer_index(layer_name)
+        if layer is None or layer in ld.waited:
+            return
+        try:
+            self._submit_upto(min(layer + 1, ld.n_layers))
+            ld.txn.wait_layer(layer)
+            ld.waited.add(layer)
+            self._submit_upto(min(layer + 1 + self.cfg.lookahead_layers, ld.n_layers))
+        except Exception as e:  # noqa: BLE001
+            log.error("tutti: load of layer %d failed, blocks will be recomputed: %s", layer, e)
+            self._abort_load()
+            return
+        if layer == ld.n_layers - 1:
+            self._finish_load()
+
+    def _finish_load(self):
+        ld, self._load = self._load, None
+        if ld is None:
+            return
+        try:
+            self._submit_upto_all(ld)
+            status = ld.txn.finish()
+        except Exception as e:  # noqa: BLE001
+            log.error("tutti: load failed, %d blocks will be recomputed: %s", len(ld.block_ids), e)
+            ld.txn.abort()
+            self._fail(ld.block_ids)
+            return
+        dt = time.perf_counter() - ld.t0
+        if len(ld.waited) < ld.n_layers:
+            # The model ran some layer without waiting for it: its KV may be stale.
+            log.warning("tutti: %d of %d layers were not waited for; %d blocks recomputed",
+                        ld.n_layers - len(ld.waited), ld.n_layers, len(ld.block_ids))
+            status = [rc or -errno.EAGAIN for rc in status]
+        ok = 0
+        for s, b, rc in zip(ld.slots, ld.block_ids, status):
+            if rc == 0:
+                ok += 1
+                continue
+            self._errors.add(b)
+            if rc == -errno.EAGAIN:
+                continue  # the block itself is fine
+            if rc == -errno.EBADMSG:
+                self.stats.add(corrupt_blocks=1)
+                log.warning("tutti: block in slot %d failed its checksum: dropped, recomputed", s)
+            self._events.append(SlotEvent(self.rank, s, None))
+        self.stats.add(load_blocks=ok, load_bytes=ok * self.layout.block_bytes, load_s=dt,
+                       load_errors=len(status) - ok)
+
+    def _submit_upto_all(self, ld):
+        self._load = ld
+        try:
+            self._submit_upto(ld.n_layers)
+        finally:
+            self._load = None
+
+    def _abort_load(self):
+        ld, self._load = self._load, None
+        if ld is not None:
+            ld.txn.abort()
+            self._fail(ld.block_ids)
+
+    def _fail(self, block_ids):
+        self._errors.update(block_ids)
+        self.stats.add(load_errors=len(block_ids))
+
+    def take_load_errors(self):
+        self._finish_load()
+        errs, self._errors = self._errors, set()
+        return errs
+
+    # --- saves ------------------------------------------------------------------------
+
+    def save_layer(self, meta, layer_name):
+        if not meta.saves or self.store is None:
+            return
+        layer = self.layer_index(layer_name)
+        if layer is None:
+            return
+        if self._save is None:
+            keys, ids, seen = [], [], set()
+            for t in meta.saves:
+                for k, b in zip(t.keys, t.block_ids):
+                    if k not in seen:
+                        seen.add(k)
+                        keys.append(k)
+                        ids.append(b)
+            # A transaction pins its slots: never ask for more than the store can give.
+            # Earlier blocks first: a block is useful only after its whole prefix.
+            cap = self.store.geometry.n_slots - (len(self._load.slots) if self._load else 0)
+            if len(keys) > cap:
+                self.stats.add(save_errors=len(keys) - max(cap, 0))
+                keys, ids = keys[:max(cap, 0)], ids[:max(cap, 0)]
+            if not keys:
+                self._save = False
+                return
+            try:
+                txn = self.store.write(keys)
+            except Exception as e:  # noqa: BLE001 - a save that cannot start is a future miss
+                log.warning("tutti: cannot store %d blocks: %s", len(keys), e)
+                self.stats.add(save_errors=len(keys))
+                self._save = False
+                return
+            for s, p in zip(txn.slots, txn.present):
+                if not p:  # the slot's old content is gone from now on
+                    self._events.append(SlotEvent(self.rank, s, None))
+            self._save = (txn, keys, ids, time.perf_counter(), set())
+        if self._save is False:
+            return
+        txn, keys, ids, _, done = self._save
+        if layer in done:
+            return
+        try:
+            txn.layer(layer, self.mm.memmap, ids)
+            done.add(layer)
+            _crash_point()
+        except Exception as e:  # noqa: BLE001
+            log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
+                        layer, e)
+
+    def finish_save(self):
+        sv, self._save = self._save, None
+        if not sv:
+            return
+        txn, keys, ids, t0, done = sv
+        try:
+            status = txn.finish()  # layers never submitted: -ENODATA, not committed
+        except Exception as e:  # noqa: BLE001
+            log.warning("tutti: committing %d blocks failed: %s", len(keys), e)
+            txn.abort()
+            self.stats.add(save_errors=len(keys))
+            return
+        dt = time.perf_counter() - t0
+        ok = 0
+        for k, s, p, rc in zip(keys, txn.slots, txn.present, status):
+            if p:  # already stored: make sure the scheduler knows where
+                self._events.append(SlotEvent(self.rank, s, k))
+                continue
+            if rc == 0:
+                ok += 1
+                self._events.append(SlotEvent(self.rank, s, k))
+        self.stats.add(save_blocks=ok, save_bytes=ok * self.layout.block_bytes, save_s=dt,
+                       save_errors=sum(1 for p, rc in zip(txn.present, status) if not p and rc))
+
+    def abort_save(self):
+        sv, self._save = self._save, None
+        if sv:
+            sv[0].abort()
+
+    def take_worker_meta(self):
+        if not self._events and not self._missing:
+            return None
+        meta = TuttiWorkerMeta(events=self._events, missing=self._missing)
+        self._events, self._missing = [], []
+        return meta
+
+    def close(self):
+        self._abort_load()
+        self.abort_save()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
