@@ -261,13 +261,36 @@ int tt_store_get(struct tt_store *s, const uint8_t key[16], void *buf, size_t le
 int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count, int repair,
                    struct tt_check_result *res, int64_t *bad, unsigned bad_cap);
 int tt_store_register_memory(struct tt_store *s, void *addr, size_t len);
+
+/* kqueue.h: tutti.ko nodes and handing controllers to the module (tutti-admin attach/detach/health) */
+struct tt_kinfo {
+    uint32_t flags;
+    uint32_t instance;
+    uint32_t nsid;
+    uint32_t lba_shift;
+    uint64_t nsze;
+    uint32_t mdts_bytes;
+    uint16_t vid;
+    uint16_t ssvid;
+    char sn[21];
+    char mn[41];
+    char fr[9];
+    char bdf[16];
+    ...;
+};
+
+int tt_kdev_info(int fd, struct tt_kinfo *info);
+int tt_kdev_admin(int fd, uint8_t opcode, uint32_t nsid, uint32_t cdw10,
+                  void *buf, uint32_t len, uint16_t *status);
+int tt_kmod_attach(const char *bdf);
+int tt_kmod_detach(const char *bdf);
 """
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "tutti._tutti",
-    '#include "tutti/tutti.h"',
+    '#include "tutti/tutti.h"\n#include "tutti/kqueue.h"',
     sources=_SOURCES,
     include_dirs=[_INCLUDE],
     depends=_HEADERS,

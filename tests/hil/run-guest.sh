@@ -163,6 +163,7 @@ if [ -n "${TUTTI_NVME_KO:-}" ] && [ -e "$TUTTI_NVME_KO" ]; then
 else
 	skip "TUTTI_NVME_KO not set: takeover test"
 fi
+out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" -m pytest -q -rs -p no:cacheprovider tests/hil/test_admin_guest.py 2>&1) && ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py): $(echo "$out" | tail -1)" || { not_ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py)"; echo "$out" | sed 's/^/# /'; }
 
 # rmmod shuts the controllers down; loading again rebinds (driver_override stays).
 expect "rmmod tutti" rmmod tutti
