@@ -17,6 +17,8 @@ _SOURCES = sorted(glob.glob(os.path.join(_ROOT, "libtutti", "src", "**", "*.c"),
 # Headers as dependencies: rebuilds notice header edits and an sdist carries them.
 _HEADERS = sorted(glob.glob(os.path.join(_ROOT, "libtutti", "**", "*.h"), recursive=True))
 
+# Every struct ends in "...;": cffi takes the real layout from the compiler, so a
+# field added to a C struct cannot break the binding (it did twice before).
 CDEF = """
 /* tutti.h */
 static const char *const TUTTI_VERSION_STRING;
@@ -50,6 +52,7 @@ struct tt_fingerprint {
     uint32_t tp_rank;
     uint32_t tp_size;
     uint32_t reserved[2];
+    ...;
 };
 
 struct tt_superblock {
@@ -75,6 +78,7 @@ struct tt_superblock {
     uint64_t fp_hash;
     uint8_t pad[3792];
     uint64_t sb_sum;
+    ...;
 };
 
 struct tt_slot_record {
@@ -86,6 +90,7 @@ struct tt_slot_record {
     uint32_t span_bytes;
     uint64_t reserved;
     uint64_t rec_sum;
+    ...;
 };
 
 /* layout.h */
@@ -98,12 +103,14 @@ struct tt_geometry {
     uint32_t stripe_objs;
     uint64_t n_slots;
     uint64_t data_off;
+    ...;
 };
 
 struct tt_extent {
     uint32_t member;
     uint32_t len;
     uint64_t off;
+    ...;
 };
 
 uint32_t tt_objs_per_slot(const struct tt_geometry *g);
@@ -126,6 +133,7 @@ struct tt_io {
     uint8_t flags;
     int32_t res;
     uint32_t tag;
+    ...;
 };
 
 struct tt_batch {
@@ -136,12 +144,14 @@ struct tt_batch {
     int32_t err;
     uint32_t reqs;
     uint32_t req_cap;
+    ...;
 };
 
 struct tt_engine_params {
     uint32_t queue_depth;
     uint32_t max_req_bytes;
     uint32_t min_reqs;
+    ...;
 };
 
 struct tt_engine_stats {
@@ -151,6 +161,7 @@ struct tt_engine_stats {
     uint64_t bytes_written;
     uint64_t syscalls;
     uint64_t flushes;
+    ...;
 };
 
 struct tt_engine;
