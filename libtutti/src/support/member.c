@@ -100,6 +100,11 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 			oflags |= O_EXCL;
 	} else if (S_ISCHR(st.st_mode)) {
 		m->is_chr = 1;	/* a tutti.ko namespace node, checked once open */
+		/*
+		 * Even a read-only store writes submission queues: the node is
+		 * opened read-write; the store itself refuses data writes.
+		 */
+		oflags = (oflags & ~O_ACCMODE) | O_RDWR;
 	} else if (!S_ISREG(st.st_mode)) {
 		return tt_seterr(-EINVAL, "%s: not a regular file, block device or tutti "
 				 "namespace node", path);
