@@ -6,13 +6,13 @@ cache, with the prefix's blocks at shuffled memory block ids.  Each run
 
 1. formats a store on the given path(s), sized for the prefix;
 2. (fio) writes the store's data region sequentially with fio, O_DIRECT,
-   io_uring, fsync at the end, taking the best of FIO_CONFIGS (block size,
-   queue depth): the write ceiling;
+   io_uring, fsync at the end, with the fastest of FIO_CONFIGS (block size,
+   queue depth) found once in an uncounted calibration pass: the write ceiling;
 3. stores every block layer by layer: one write transaction, one
    ``txn.layer`` call per layer, ``finish`` (which makes the data and the
    commit records durable);
-4. (fio) reads the data region sequentially, again the best of FIO_CONFIGS:
-   the read ceiling;
+4. (fio) reads the data region sequentially, with the calibrated fastest of
+   FIO_CONFIGS: the read ceiling;
 5. retrieves every block layer by layer, submitting layer l+1 before waiting
    for layer l, and checks the bytes against what was stored;
 6. reads every object again with one ``os.preadv`` per object, O_DIRECT, from
@@ -31,14 +31,14 @@ Modules: ``common`` (units, errors, helpers), ``fio`` (the fio baseline),
 (BenchConfig, run_bench), ``report`` (rows and the markdown section).
 """
 from .common import GB, BenchError, drop_page_cache, has_store_magic, human_bytes, is_block_device, member_bytes
-from .fio import FIO_CONFIGS, fio_available, fio_command, parse_fio_json, run_fio
+from .fio import FIO_CONFIGS, fio_available, fio_command, parse_fio_json, pick_fio_config, run_fio
 from .machine import describe_path, machine_info
 from .report import SECTION_TITLE, markdown_section, ratio_rows, result_rows, sweep_rows, write_markdown
 from .run import TARGETS, BenchConfig, run_bench
 
 __all__ = [
     "GB", "BenchError", "drop_page_cache", "has_store_magic", "human_bytes", "is_block_device", "member_bytes",
-    "FIO_CONFIGS", "fio_available", "fio_command", "parse_fio_json", "run_fio",
+    "FIO_CONFIGS", "fio_available", "fio_command", "parse_fio_json", "pick_fio_config", "run_fio",
     "describe_path", "machine_info",
     "SECTION_TITLE", "markdown_section", "ratio_rows", "result_rows", "sweep_rows", "write_markdown",
     "TARGETS", "BenchConfig", "run_bench",

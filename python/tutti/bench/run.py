@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 from .common import BenchError, drop_page_cache, has_store_magic, human_bytes, is_block_device, median, \
     member_bytes, ratio
-from .fio import FIO_SETTINGS, fio_available, run_fio
+from .fio import FIO_SETTINGS, fio_available, pick_fio_config, run_fio
 from .machine import machine_info
 from .passes import naive_pass, object_extents, poison, prefill, retrieve_pass, store_pass, verify
 from .report import SECTION_TITLE
@@ -128,6 +128,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
     src.fill_random(mem_ids, cfg.seed)
 
     runs: list[dict] = []
+    fio_cfg: dict = {}
     sweep_rows: dict[int, list[dict]] = {n: [] for n in sweep}
     dropped = False
     engine_name = None
@@ -151,13 +152,16 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
                     buf.register(store)
                 except OSError:
                     pass  # registration is an optimisation only
+            if fio_version and not fio_cfg:
+                fio_cfg = {rw: pick_fio_config(paths, rw, geo.data_off, fio_size) for rw in ("write", "read")}
+                log("  fio calibration: " + ", ".join(f"{rw} {b}/QD{q}" for rw, (b, q) in fio_cfg.items()))
             if fio_version:
-                run["fio_write_gbps"] = run_fio(paths, "write", geo.data_off, fio_size)["gbps"]
+                run["fio_write_gbps"] = run_fio(paths, "write", geo.data_off, fio_size, fio_cfg["write"])["gbps"]
             keys = [bench_key(r, i) for i in range(n_blocks)]
             run["store_gbps"] = store_pass(store, src, geo, keys, mem_ids)["gbps"]
             if fio_version:
                 dropped = drop_page_cache() or dropped
-                run["fio_read_gbps"] = run_fio(paths, "read", geo.data_off, fio_size)["gbps"]
+                run["fio_read_gbps"] = run_fio(paths, "read", geo.data_off, fio_size, fio_cfg["read"])["gbps"]
 
             slots = list(store.lookup(keys))
             if any(s is None or s < 0 for s in slots):
@@ -251,7 +255,8 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
             "member_bytes": need,
         },
         "fio": {"used": bool(fio_version), "note": fio_note, "bytes_per_member": fio_size if fio_version else None,
-                "settings": FIO_SETTINGS},
+                "settings": FIO_SETTINGS + ("; chosen: " + ", ".join(f"{rw} {b}/QD{q}" for rw, (b, q) in
+                                                                     fio_cfg.items()) if fio_cfg else "")},
         "page_cache_dropped": dropped,
         "runs": runs,
         "median": medians,
