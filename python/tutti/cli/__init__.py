@@ -1,0 +1,17 @@
+"""tutti-admin: format, inspect, check and benchmark Tutti stores; list, attach, detach and check NVMe controllers.
+
+Output follows nvme-cli: a table for people, ``--json`` for scripts, on every
+command.  Exit codes are part of the interface (see EXIT_CODES).
+"""
+from .app import main
+from . import device_cmds, store_cmds  # noqa: F401  (register the commands on main)
+from .common import (
+    EXIT_CODES, EXIT_MISMATCH, EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE, CliError, _store_error, format_size,
+    make_console, parse_size,
+)
+from .store_cmds import print_bench
+
+__all__ = [
+    "main", "parse_size", "format_size", "make_console", "print_bench", "CliError", "EXIT_CODES", "EXIT_OK",
+    "EXIT_PROBLEMS", "EXIT_USAGE", "EXIT_STORE", "EXIT_MISMATCH", "_store_error",
+]

@@ -1,0 +1,4 @@
+"""python -m tutti.cli"""
+from . import main
+
+main()

@@ -1,0 +1,279 @@
+"""Shared pieces of tutti-admin: exit codes, sizes, output, model options, opening stores."""
+from __future__ import annotations
+
+import errno
+import json
+import re
+from decimal import Decimal, InvalidOperation
+
+import click
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_STORE = 3
+EXIT_MISMATCH = 4
+
+EXIT_CODES = """\b
+Exit codes:
+  0  success
+  1  check (or bench verification) found problems that remain;
+     health: the controller reports a critical warning
+  2  usage error or bad input (bad option, size, path or model config;
+     format refusing to overwrite a store without --force; a malformed
+     PCI address, or a file that is not an NVMe device)
+  3  the store cannot be opened: not a Tutti store, damaged, missing or
+     foreign member, busy (locked by another process or mounted);
+     attach/detach/health: no such device, in use (mounted, swap, held),
+     tutti.ko or nvme driver not loaded, not permitted, command failed
+  4  the store holds KV cache of another model (fingerprint mismatch)
+"""
+
+# ------------------------------------------------------------------- sizes
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int) -> int:
+    """'512MiB' -> 536870912, '1TB' -> 10**12, '4096' -> 4096.
+
+    Binary units: K/M/G/T/P, KiB/MiB/GiB/TiB/PiB; decimal units: KB/MB/GB/TB/PB;
+    B or nothing: bytes.  Case-insensitive; a fraction is allowed when the result is
+    a whole number of bytes (1.5GiB).  Raises ValueError with the reason otherwise.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"size {text} is negative")
+        return text
+    if not isinstance(text, str):
+        raise ValueError(f"size must be a string like 2GiB, not {type(text).__name__}")
+    m = _SIZE_RE.match(text)
+    if not m:
+        if text.strip().startswith("-"):
+            raise ValueError(f"size {text!r} is negative")
+        raise ValueError(f"{text!r} is not a size: use a number with an optional unit, e.g. 4096, 512MiB, 2GiB, 1TB")
+    number, unit = m.group(1), m.group(2).lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown unit {m.group(2)!r} in {text!r}: use B, KiB, MiB, GiB, TiB (or K, M, G, T) "
+                         "or KB, MB, GB, TB")
+    try:
+        value = Decimal(number) * _UNITS[unit]
+    except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
+        raise ValueError(f"{text!r} is not a size") from None
+    if value != value.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """Exact when possible: 2147483648 -> '2 GiB', 1000 -> '1000 B', else two decimals."""
+    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= mult:
+            return f"{n // mult} {unit}" if n % mult == 0 else f"{n / mult:.2f} {unit}"
+    return f"{n} B"
+
+
+class SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        try:
+            size = parse_size(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        if size <= 0:
+            self.fail("size must be greater than zero", param, ctx)
+        return size
+
+
+SIZE = SizeType()
+
+# ------------------------------------------------------------------ output
+
+
+def make_console(stderr: bool = False):
+    from rich.console import Console  # noqa: PLC0415
+
+    con = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not con.is_terminal:
+        con.width = max(con.width, 120)  # logs and pipes: no 80-column wrapping of tables
+    return con
+
+
+def _emit_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
+
+
+def _json_default(o):
+    import dataclasses  # noqa: PLC0415
+
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    if isinstance(o, (bytes, bytearray)):
+        return o.hex()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    return str(o)
+
+
+class CliError(click.ClickException):
+    """An error with its own exit code, printed as 'tutti-admin: error: ...'."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.exit_code = code
+
+    def show(self, file=None):
+        click.echo(f"tutti-admin: error: {self.format_message()}", err=True)
+
+
+def _store_error(e: OSError, what: str) -> CliError:
+    """Map a failure to open or use a store to the CLI's exit codes."""
+    from ..errors import FingerprintMismatch, StoreBusyError  # noqa: PLC0415
+
+    reason = e.strerror or str(e)
+    if isinstance(e, FingerprintMismatch) or e.errno == errno.EMEDIUMTYPE:
+        return CliError(f"{what}: fingerprint mismatch: {reason}", EXIT_MISMATCH)
+    if isinstance(e, StoreBusyError) or e.errno == errno.EBUSY:
+        return CliError(f"{what}: store is busy: {reason}", EXIT_STORE)
+    if isinstance(e, FileNotFoundError) or e.errno == errno.ENOENT:
+        return CliError(f"{what}: no such file or device: {e.filename or reason}", EXIT_STORE)
+    if e.errno in (errno.EINVAL, errno.ENODEV, errno.EFBIG):
+        return CliError(f"{what}: not a usable Tutti store: {reason}", EXIT_STORE)
+    return CliError(f"{what}: {reason}", EXIT_STORE)
+
+
+def _label(key: str) -> str:
+    return key.replace("_", " ")
+
+
+def _value_text(key: str, value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key == "created_ns" and isinstance(value, int) and value > 0:
+        import datetime as dt  # noqa: PLC0415
+
+        when = dt.datetime.fromtimestamp(value / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+        return f"{value} ({when})"
+    if isinstance(value, int) and (key.endswith("_bytes") or key in ("capacity", "size")) and value >= 1024:
+        return f"{value} ({format_size(value)})"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) if value else "-"
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    return str(value)
+
+
+def _kv_table(title: str, items):
+    from rich.table import Table  # noqa: PLC0415
+
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in items:
+        t.add_row(_label(k), _value_text(k, v))
+    return t
+
+
+def _print_dict(console, title: str, d: dict) -> None:
+    """Scalars of ``d`` as one table, each nested dict as its own table."""
+    scalars = [(k, v) for k, v in d.items() if not isinstance(v, dict)]
+    if scalars:
+        console.print(_kv_table(title, scalars))
+        console.print()
+    for k, v in d.items():
+        if isinstance(v, dict):
+            _print_dict(console, f"{title} / {_label(k)}" if title != "Store" else _label(k).capitalize(), v)
+
+
+# --------------------------------------------------------- common options
+
+
+def _fingerprint_options(required: bool):
+    """Model options: --model-config or explicit --layers/--kv-heads/--head-dim."""
+    help_suffix = "" if required else " (expected model: open fails with exit 4 on mismatch)"
+
+    def deco(f):
+        opts = [
+            click.option("--model-config", type=click.Path(exists=True, dir_okay=True),
+                         help="HF config.json (or its directory) of the model" + help_suffix),
+            click.option("--layers", type=click.IntRange(min=1), help="number of layers (without --model-config)"),
+            click.option("--kv-heads", type=click.IntRange(min=1), help="KV heads (without --model-config)"),
+            click.option("--head-dim", type=click.IntRange(min=1), help="head dimension (without --model-config)"),
+            click.option("--dtype", help="KV cache dtype, e.g. bfloat16 (default: the config's, else bfloat16)"),
+            click.option("--model-id", help="model name stored in the fingerprint"),
+            click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True,
+                         help="tokens per KV block"),
+            click.option("--tp-rank", type=click.IntRange(min=0), default=0, show_default=True,
+                         help="tensor-parallel rank"),
+            click.option("--tp-size", type=click.IntRange(min=1), default=1, show_default=True,
+                         help="tensor-parallel size"),
+        ]
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+
+    return deco
+
+
+def _fingerprint(kw: dict, required: bool):
+    """Build a Fingerprint from the model options, or None when none was given and not required."""
+    from ..model import Fingerprint  # noqa: PLC0415
+
+    manual = [kw.get("layers"), kw.get("kv_heads"), kw.get("head_dim")]
+    cfg = kw.get("model_config")
+    if cfg and any(v is not None for v in manual):
+        raise click.UsageError("give either --model-config or --layers/--kv-heads/--head-dim, not both")
+    if kw.get("tp_rank", 0) >= kw.get("tp_size", 1):
+        raise click.UsageError(f"--tp-rank {kw['tp_rank']} must be below --tp-size {kw['tp_size']}")
+    if cfg:
+        try:
+            return Fingerprint.from_config(cfg, block_size=kw["block_size"], dtype=kw.get("dtype"),
+                                           tp_rank=kw["tp_rank"], tp_size=kw["tp_size"],
+                                           model_id=kw.get("model_id"))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise CliError(f"cannot read model config {cfg}: {e}", EXIT_USAGE) from None
+    if all(v is None for v in manual):
+        if required:
+            raise click.UsageError("give the model: --model-config config.json, or --layers, --kv-heads and "
+                                   "--head-dim")
+        return None
+    if any(v is None for v in manual):
+        raise click.UsageError("--layers, --kv-heads and --head-dim go together")
+    try:
+        return Fingerprint(model_id=kw.get("model_id") or "unnamed", dtype=kw.get("dtype") or "bfloat16",
+                           n_layers=kw["layers"], kv_heads=kw["kv_heads"], head_dim=kw["head_dim"],
+                           block_size=kw["block_size"], tp_rank=kw["tp_rank"], tp_size=kw["tp_size"])
+    except (ValueError, TypeError) as e:
+        raise CliError(f"bad model geometry: {e}", EXIT_USAGE) from None
+
+
+def _paths_arg(f):
+    return click.argument("paths", nargs=-1, required=True, metavar="PATH...",
+                          type=click.Path(dir_okay=False))(f)
+
+
+def _json_opt(f):
+    return click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")(f)
+
+
+def _open(paths, what: str, **kw):
+    from ..store import Store  # noqa: PLC0415
+
+    try:
+        return Store.open(list(paths), **kw)
+    except OSError as e:
+        raise _store_error(e, what) from None
+
+
+def _store_summary(s) -> dict:
+    info = s.info()
+    return info if isinstance(info, dict) else dict(info)

@@ -1,0 +1,221 @@
+"""Controller commands: list, attach, detach, health (tutti.ko and the kernel nvme driver)."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .app import main
+from .common import (
+    CliError,
+    EXIT_CODES,
+    EXIT_PROBLEMS,
+    EXIT_STORE,
+    EXIT_USAGE,
+    _emit_json,
+    _json_opt,
+    format_size,
+    make_console,
+)
+
+_DEVICE_METAVAR = "PCI_ADDR|/dev/nvmeX|/dev/nvmeXnY|/dev/tuttiN"
+
+
+def _device_error(e, what: str) -> CliError:
+    """A devices.DeviceError as a CLI error: bad input exit 2, unusable device exit 3."""
+    return CliError(f"{what}: {e}", EXIT_USAGE if e.usage else EXIT_STORE)
+
+
+def _resolve_device(arg: str, what: str) -> str:
+    from ..devices import DeviceError, resolve_controller  # noqa: PLC0415
+
+    try:
+        return resolve_controller(arg)
+    except DeviceError as e:
+        raise _device_error(e, what) from None
+
+
+def _store_text(v) -> str:
+    return "?" if v is None else ("yes" if v else "no")
+
+
+def _decimal_bytes(n: int) -> str:
+    for unit, mult in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= mult:
+            return f"{n / mult:.2f} {unit}"
+    return f"{n} B"
+
+
+def device_rows(ctls: list) -> list:
+    """Rows of the list table: one per namespace (a controller without any: one row)."""
+    rows = []
+    for c in ctls:
+        ident = [c["pci_address"], c["driver"], c["device"] or "-", c["model"] or "-", c["serial"] or "-",
+                 c["firmware"] or "-"]
+        if not c["namespaces"]:
+            rows.append(ident + ["-", "-", "-"])
+        for ns in c["namespaces"]:
+            name = ns["device"]
+            if ns.get("partitions"):
+                name += f" ({len(ns['partitions'])} partition{'s' if len(ns['partitions']) > 1 else ''})"
+            size = format_size(ns["size_bytes"]) if ns.get("size_bytes") is not None else "?"
+            rows.append(ident + [name, size, _store_text(ns.get("tutti_store"))])
+    return rows
+
+
+@main.command("list", epilog=EXIT_CODES)
+@_json_opt
+def list_cmd(as_json):
+    """List NVMe controllers and their namespaces.
+
+    For each controller (PCI class 010802): PCI address, the driver bound to it
+    (nvme, tutti or none), its node, model, serial and firmware; for each
+    namespace: its block device (nvme) or tutti.ko node, size, and whether a
+    Tutti store is on it (superblock magic; '?' when it cannot be read: run as
+    root).  Like `nvme list`.
+    """
+    from rich.table import Table  # noqa: PLC0415
+
+    from ..devices import list_controllers  # noqa: PLC0415
+
+    ctls = list_controllers()
+    if as_json:
+        _emit_json(ctls)
+        return
+    t = Table(title="NVMe controllers", title_justify="left")
+    for col in ("PCI address", "driver", "controller", "model", "serial", "firmware", "namespace", "size",
+                "tutti store"):
+        t.add_column(col, no_wrap=True)
+    for row in device_rows(ctls):
+        t.add_row(*row)
+    con = make_console()
+    if not con.is_terminal:  # pipes and logs: never cut a device name or serial short
+        from rich.measure import Measurement  # noqa: PLC0415
+
+        con.width = max(con.width, Measurement.get(con, con.options.update_width(1 << 16), t).maximum)
+    con.print(t)
+    if not ctls:
+        click.echo("no NVMe controller found", err=True)
+
+
+def _device_summary(ctl: dict) -> str:
+    nodes = [ctl["device"]] if ctl["device"] else []
+    nodes += [ns["device"] for ns in ctl["namespaces"]]
+    return ", ".join(nodes) if nodes else "no device nodes yet"
+
+
+@main.command("attach", epilog=EXIT_CODES)
+@click.argument("device", metavar=_DEVICE_METAVAR)
+@_json_opt
+def attach_cmd(device, as_json):
+    """Hand an NVMe controller to tutti.ko (from the nvme driver, or from no driver).
+
+    DEVICE is the controller's PCI address or any of its device nodes.  Refused
+    (exit 3, nothing changed) while any of its namespaces, or a partition on one,
+    is mounted, used as swap, held by another block device (dm, md, ...) or
+    opened exclusively; also when tutti.ko is not loaded.  Needs root.
+    """
+    from ..devices import DeviceError, attach  # noqa: PLC0415
+
+    bdf = _resolve_device(device, "attach")
+    try:
+        ctl, changed = attach(bdf)
+    except DeviceError as e:
+        raise _device_error(e, "attach") from None
+    if as_json:
+        _emit_json({**ctl, "changed": changed})
+        return
+    click.echo(f"{bdf}: {'attached to' if changed else 'already bound to'} tutti.ko: {_device_summary(ctl)}")
+
+
+@main.command("detach", epilog=EXIT_CODES)
+@click.argument("device", metavar=_DEVICE_METAVAR)
+@_json_opt
+def detach_cmd(device, as_json):
+    """Give an NVMe controller back to the kernel's nvme driver.
+
+    Waits until the nvme driver has brought the controller up and its namespaces'
+    block devices exist.  Exit 3 when the nvme driver is not loaded (the controller
+    is then left without a driver: modprobe nvme and run detach again).  Processes
+    using the controller's tutti.ko nodes lose them (-ENODEV).  Needs root.
+    """
+    from ..devices import DeviceError, detach  # noqa: PLC0415
+
+    bdf = _resolve_device(device, "detach")
+    try:
+        ctl, changed = detach(bdf)
+    except DeviceError as e:
+        raise _device_error(e, "detach") from None
+    if as_json:
+        _emit_json({**ctl, "changed": changed})
+        return
+    click.echo(f"{bdf}: {'handed back to' if changed else 'already bound to'} nvme: {_device_summary(ctl)}")
+
+
+def health_rows(d: dict) -> list:
+    """(label, text) rows of the health table, in nvme smart-log's order."""
+    cw = d["critical_warning"]
+    rows = [
+        ("critical warning", f"{cw:#04x}" + (f" ({'; '.join(d['critical_warnings'])})" if cw else " (none)")),
+        ("temperature", f"{d['temperature_c']} °C ({d['temperature_k']} K)"),
+        ("available spare", f"{d['avail_spare']}%"),
+        ("available spare threshold", f"{d['spare_thresh']}%"),
+        ("percentage used", f"{d['percent_used']}%"),
+        ("endurance group critical warning summary", f"{d['endurance_grp_critical_warning_summary']:#04x}"),
+        ("data units read", f"{d['data_units_read']:,} ({_decimal_bytes(d['data_read_bytes'])})"),
+        ("data units written", f"{d['data_units_written']:,} ({_decimal_bytes(d['data_written_bytes'])})"),
+        ("host read commands", f"{d['host_read_commands']:,}"),
+        ("host write commands", f"{d['host_write_commands']:,}"),
+        ("controller busy time", f"{d['controller_busy_time']:,} min"),
+        ("power cycles", f"{d['power_cycles']:,}"),
+        ("power on hours", f"{d['power_on_hours']:,}"),
+        ("unsafe shutdowns", f"{d['unsafe_shutdowns']:,}"),
+        ("media and data integrity errors", f"{d['media_errors']:,}"),
+        ("error information log entries", f"{d['num_err_log_entries']:,}"),
+        ("warning temperature time", f"{d['warning_temp_time']:,} min"),
+        ("critical composite temperature time", f"{d['critical_comp_time']:,} min"),
+    ]
+    for i, k in enumerate(d["temperature_sensors_k"]):
+        if k:
+            rows.append((f"temperature sensor {i + 1}", f"{k - 273} °C ({k} K)"))
+    for i in (1, 2):
+        if d[f"thm_temp{i}_trans_count"] or d[f"thm_temp{i}_total_time"]:
+            rows.append((f"thermal management T{i} transitions", f"{d[f'thm_temp{i}_trans_count']:,}"))
+            rows.append((f"thermal management T{i} total time", f"{d[f'thm_temp{i}_total_time']:,} s"))
+    return rows
+
+
+@main.command("health", epilog=EXIT_CODES)
+@click.argument("device", metavar=_DEVICE_METAVAR)
+@_json_opt
+def health_cmd(device, as_json):
+    """Show a controller's SMART / health log, like `nvme smart-log`.
+
+    Read through the driver the controller is bound to: the kernel's nvme driver
+    (NVME_IOCTL_ADMIN_CMD on /dev/nvmeX) or tutti.ko (its read-only admin
+    passthrough on /dev/tuttiN).  Exit 1 when the critical warning is not zero.
+    Needs root.
+    """
+    from rich.table import Table  # noqa: PLC0415
+
+    from ..devices import DeviceError, smart_log  # noqa: PLC0415
+    from ..smart import parse_smart_log  # noqa: PLC0415
+
+    bdf = _resolve_device(device, "health")
+    try:
+        ctl, page = smart_log(bdf)
+    except DeviceError as e:
+        raise _device_error(e, "health") from None
+    d = {"pci_address": bdf, "device": ctl["device"], "driver": ctl["driver"], **parse_smart_log(page).to_dict()}
+    if as_json:
+        _emit_json(d)
+    else:
+        t = Table(title=f"SMART / health log of {bdf} ({ctl['device']}, driver {ctl['driver']})",
+                  title_justify="left", show_header=False, box=None, pad_edge=False)
+        t.add_column(style="bold")
+        t.add_column()
+        for label, text in health_rows(d):
+            t.add_row(label, text, style="red" if label == "critical warning" and d["critical_warning"] else None)
+        make_console().print(t)
+    if d["critical_warning"]:
+        sys.exit(EXIT_PROBLEMS)

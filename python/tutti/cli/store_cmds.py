@@ -1,0 +1,281 @@
+"""Store commands: format, info, check, bench."""
+from __future__ import annotations
+
+import errno
+import os
+import shlex
+import sys
+
+import click
+
+from .app import main
+from .common import (
+    CliError,
+    EXIT_CODES,
+    EXIT_PROBLEMS,
+    EXIT_USAGE,
+    SIZE,
+    _emit_json,
+    _fingerprint,
+    _fingerprint_options,
+    _json_opt,
+    _kv_table,
+    _open,
+    _paths_arg,
+    _print_dict,
+    _store_error,
+    _store_summary,
+    make_console,
+)
+
+
+@main.command("format", epilog=EXIT_CODES)
+@_paths_arg
+@_fingerprint_options(required=True)
+@click.option("--capacity", type=SIZE, help="bytes of KV data to hold (e.g. 2GiB); sets the slot count")
+@click.option("--slots", type=click.IntRange(min=1), help="number of KV blocks (slots) to hold")
+@click.option("--spans", type=click.IntRange(min=1), default=2, show_default=True,
+              help="objects per layer per block (2: K and V)")
+@click.option("--span-bytes", type=click.IntRange(min=1), help="bytes per object (default: from the model)")
+@click.option("--stripe-objs", type=click.IntRange(min=1), help="stripe unit in objects (default: 1 MiB worth)")
+@click.option("--force", is_flag=True, help="overwrite an existing Tutti store")
+@click.option("--yes", "-y", is_flag=True, help="do not ask before destroying data")
+@_json_opt
+def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, yes, as_json, **model):
+    """Write a new, empty store over PATH... (files are created).
+
+    Without --capacity or --slots the store fills the smallest member (block
+    devices); a regular file needs --capacity or --slots.
+    """
+    from ..bench import has_store_magic, is_block_device, member_bytes  # noqa: PLC0415
+    from ..store import Store  # noqa: PLC0415
+
+    fp = _fingerprint(model, required=True)
+    if capacity is not None and slots is not None:
+        raise click.UsageError("give --capacity or --slots, not both")
+    if len(set(os.path.realpath(p) for p in paths)) != len(paths):
+        raise click.UsageError("a member is named twice")
+    for p in paths:
+        if os.path.isdir(p):
+            raise CliError(f"{p} is a directory", EXIT_USAGE)
+        if capacity is None and slots is None and not is_block_device(p):
+            raise CliError(f"{p}: a regular file needs --capacity or --slots", EXIT_USAGE)
+        parent = os.path.dirname(os.path.abspath(p))
+        if not os.path.isdir(parent):
+            raise CliError(f"{p}: directory {parent} does not exist", EXIT_USAGE)
+
+    existing = [p for p in paths if has_store_magic(p)]
+    if existing and not force:
+        raise CliError(f"{', '.join(existing)} already holds a Tutti store; pass --force to overwrite it",
+                       EXIT_USAGE)
+    danger = []
+    for p in paths:
+        if is_block_device(p):
+            danger.append(f"{p} (block device)")
+        elif p in existing:
+            danger.append(f"{p} (existing Tutti store)")
+        elif member_bytes(p):
+            danger.append(f"{p} (non-empty file)")
+    if danger and not yes:
+        if not sys.stdin.isatty():
+            raise CliError("formatting destroys the data on " + ", ".join(danger) +
+                           "; pass --yes to confirm (no terminal to ask)", EXIT_USAGE)
+        click.confirm("Format destroys the data on " + ", ".join(danger) + ". Continue?", abort=True)
+
+    sizing = {"n_slots": slots, "capacity_bytes": capacity}
+    try:
+        Store.format(list(paths), fp, n_spans=spans, span_bytes=span_bytes, stripe_objs=stripe_objs,
+                     force=force, **sizing)
+    except OSError as e:
+        if e.errno == errno.EEXIST:
+            raise CliError(f"{', '.join(paths)}: already holds a store; pass --force to overwrite it: "
+                           f"{e.strerror or e}", EXIT_USAGE) from None
+        if e.errno in (errno.ENOSPC, errno.EINVAL, errno.EFBIG, errno.ERANGE):
+            raise CliError(f"format: {e.strerror or e}", EXIT_USAGE) from None
+        raise _store_error(e, "format") from None
+    with _open(paths, "format: reopening the new store", readonly=True) as s:
+        info = _store_summary(s)
+    if as_json:
+        _emit_json(info)
+        return
+    con = make_console()
+    con.print(f"Formatted {len(paths)} member(s): {', '.join(paths)}")
+    _print_dict(con, "Store", info)
+
+
+@main.command("info", epilog=EXIT_CODES)
+@_paths_arg
+@_fingerprint_options(required=False)
+@_json_opt
+def info_cmd(paths, as_json, **model):
+    """Show a store's geometry, model fingerprint, occupancy and counters."""
+    fp = _fingerprint(model, required=False)
+    with _open(paths, "info", readonly=True, expect=fp) as s:
+        info = _store_summary(s)
+    if as_json:
+        _emit_json(info)
+        return
+    _print_dict(make_console(), "Store", info)
+
+
+@main.command("check", epilog=EXIT_CODES)
+@_paths_arg
+@_fingerprint_options(required=False)
+@click.option("--repair", is_flag=True, help="clear bad slots and damaged records (durably)")
+@click.option("--first", type=click.IntRange(min=0), default=0, show_default=True, help="first slot to check")
+@click.option("--count", type=click.IntRange(min=1), help="slots to check (default: to the end)")
+@click.option("--chunk", type=click.IntRange(min=1), default=64, show_default=True,
+              help="slots checked per call (progress granularity)")
+@click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a terminal)")
+@_json_opt
+def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
+    """Read every committed slot and verify its checksums.
+
+    Exit status 1 when bad slots or damaged records remain (after --repair:
+    only those that could not be repaired).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: PLC0415
+
+    fp = _fingerprint(model, required=False)
+    with _open(paths, "check", readonly=not repair, expect=fp) as s:
+        n_slots = s.geometry.n_slots
+        if first >= n_slots:
+            raise CliError(f"--first {first} is beyond the last slot ({n_slots - 1})", EXIT_USAGE)
+        total = min(count if count is not None else n_slots - first, n_slots - first)
+        err = make_console(stderr=True)
+        show = err.is_terminal if progress is None else progress
+        bar = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TextColumn("slots"),
+                       TimeRemainingColumn(), console=err, disable=not show, transient=False)
+        with bar:
+            task = bar.add_task("check", total=total)
+            try:
+                res = s.check(first=first, count=total, repair=repair, chunk=chunk,
+                              progress=lambda done: bar.update(task, completed=min(done, total)))
+            except OSError as e:
+                raise _store_error(e, "check") from None
+    res = dict(res)
+    res.setdefault("first", first)
+    res.setdefault("count", total)
+    bad_total = int(res.get("bad", 0)) + int(res.get("bad_records", 0))
+    remaining = max(0, bad_total - int(res.get("repaired", 0))) if repair else bad_total
+    res["remaining_problems"] = remaining
+    if as_json:
+        _emit_json(res)
+    else:
+        con = make_console()
+        bad_slots = list(res.get("bad_slots") or [])
+        shown = {k: v for k, v in res.items() if k != "bad_slots"}
+        if bad_slots:
+            more = f" (+{len(bad_slots) - 32} more)" if len(bad_slots) > 32 else ""
+            shown["bad_slots"] = ", ".join(str(x) for x in bad_slots[:32]) + more
+        con.print(_kv_table(f"Check of slots {first}..{first + total - 1}", shown.items()))
+        if remaining:
+            con.print(f"[bold red]{remaining} problem(s) remain[/]" +
+                      ("" if repair else "; run with --repair to clear bad slots"))
+        else:
+            con.print("[bold green]store is clean[/]" + (f" ({res.get('repaired', 0)} repaired)" if repair else ""))
+    if remaining:
+        sys.exit(EXIT_PROBLEMS)
+
+
+@main.command("bench", epilog=EXIT_CODES)
+@click.argument("paths", nargs=-1, metavar="[PATH...]", type=click.Path(dir_okay=False))
+@click.option("--path", "extra_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="a member (same as PATH; repeatable)")
+@click.option("--size", type=SIZE, help="store capacity (default: just the prefix)")
+@click.option("--prefix-tokens", type=click.IntRange(min=1), default=32768, show_default=True,
+              help="tokens of the prefix stored and retrieved")
+@click.option("--runs", type=click.IntRange(min=1), default=5, show_default=True, help="runs (medians reported)")
+@click.option("--model-config", type=click.Path(exists=True), help="HF config.json (default: Llama-3-8B geometry)")
+@click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True, help="tokens per KV block")
+@click.option("--dtype", help="KV dtype with --model-config (default: the config's)")
+@click.option("--sweep", default="64,256,1024,2048", show_default=True,
+              help="block counts for the CPU-per-layer sweep (clipped to the prefix)")
+@click.option("--engine", default="auto", show_default=True, help="I/O engine: auto, uring or psync")
+@click.option("--no-fio", is_flag=True, help="skip the fio baselines")
+@click.option("--force", is_flag=True, help="allow formatting a block device or a file that holds other data")
+@click.option("--output", type=click.Path(dir_okay=False), help="markdown file to write the results section into")
+@click.option("--section", default=None, help="heading of that section (default: the store benchmark's)")
+@click.option("--seed", type=int, default=1, show_default=True, help="seed for the data and the block shuffle")
+@_json_opt
+def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block_size, dtype, sweep, engine,
+              no_fio, force, output, section, seed, as_json):
+    """Measure layer-wise store and retrieve against fio and a naive per-object reader.
+
+    Formats a store on PATH... (a benchmark store; anything else needs
+    --force), stores a prefix of --prefix-tokens tokens layer by layer from a
+    paged host buffer with shuffled block ids, retrieves it, verifies every
+    byte, and compares with fio (same files, data region) and one os.preadv
+    per object.  Every number printed is measured in this run.
+    """
+    from .. import bench  # noqa: PLC0415
+
+    members = list(paths) + list(extra_paths)
+    if not members:
+        raise click.UsageError("give at least one PATH (or --path)")
+    try:
+        sweep_counts = [int(x) for x in sweep.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{sweep!r} is not a comma-separated list of block counts",
+                                 param_hint="--sweep") from None
+    fp = None
+    if model_config:
+        fp = _fingerprint({"model_config": model_config, "block_size": block_size, "dtype": dtype,
+                           "tp_rank": 0, "tp_size": 1}, required=True)
+    elif block_size != 16 or dtype:
+        import dataclasses  # noqa: PLC0415
+
+        from ..model import LLAMA3_8B  # noqa: PLC0415
+
+        fp = dataclasses.replace(LLAMA3_8B, block_size=block_size, dtype=dtype or LLAMA3_8B.dtype)
+    cfg = bench.BenchConfig(paths=members, prefix_tokens=prefix_tokens, runs=runs, size=size, fp=fp,
+                            fio=not no_fio, sweep=sweep_counts, engine=engine, seed=seed, force=force,
+                            command="tutti-admin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+                            if sys.argv and os.path.basename(sys.argv[0]).startswith("tutti-admin")
+                            else "tutti-admin bench " + " ".join(shlex.quote(m) for m in members))
+    log = (lambda msg: click.echo(msg, err=True)) if not as_json else None
+    try:
+        res = bench.run_bench(cfg, log=log)
+    except bench.BenchError as e:
+        raise CliError(f"bench: {e}", e.code) from None
+    except OSError as e:
+        raise _store_error(e, "bench") from None
+    if output:
+        bench.write_markdown(output, res, section or bench.SECTION_TITLE)
+    if as_json:
+        _emit_json(res)
+    else:
+        print_bench(make_console(), res)
+        if output:
+            make_console().print(f"results written to {output}")
+
+
+def print_bench(con, res: dict) -> None:
+    """The benchmark's result tables."""
+    from rich.table import Table  # noqa: PLC0415
+
+    from ..bench import human_bytes, ratio_rows, result_rows, sweep_rows  # noqa: PLC0415
+
+    w, s = res["workload"], res["store"]
+    con.print(f"{w['model_id']} geometry: {w['n_layers']} layers x {w['n_spans']} spans x "
+              f"{human_bytes(w['span_bytes'])}; prefix {w['prefix_tokens']} tokens = {w['blocks']} blocks = "
+              f"{human_bytes(w['bytes'])}; engine {s['engine']}; {len(res['runs'])} run(s)")
+    t = Table(title="Results (medians)", title_justify="left")
+    for c in ("measurement", "median", "runs", "notes"):
+        t.add_column(c, justify="right" if c == "median" else "left")
+    for row in result_rows(res):
+        t.add_row(*row)
+    con.print(t)
+    t = Table(title="Ratios", title_justify="left")
+    for c in ("ratio", "value", "target", "met"):
+        t.add_column(c)
+    for row in ratio_rows(res):
+        t.add_row(*row, style="red" if row[3] == "NO" else None)
+    con.print(t)
+    t = Table(title="Retrieve cost vs blocks", title_justify="left")
+    for c in ("blocks", "bytes", "GB/s", "CPU µs/layer", "syscalls/layer"):
+        t.add_column(c, justify="right")
+    for row in sweep_rows(res):
+        t.add_row(*row)
+    con.print(t)
+    con.print("[green]all data read back verified byte for byte[/]")
