@@ -480,3 +480,52 @@ def test_libtutti_attach_detach_refuse_through_cffi():
         assert lib.tt_kdev_info(fd, info) == -errno.ENOTTY
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------ hotplug
+
+def test_attach_config_parsing(tmp_path):
+    conf = tmp_path / "attach.conf"
+    conf.write_text("# controllers for tutti.ko\n00:04.0   # by address\nS123ABC\n\nbad line here\n")
+    entries, problems = devices.read_attach_config(str(conf))
+    assert entries == {"0000:00:04.0", "S123ABC"}
+    assert len(problems) == 1 and "attach.conf:5" in problems[0]
+    assert devices.read_attach_config(str(tmp_path / "missing.conf")) == (set(), [])
+
+
+@pytest.mark.parametrize("line", ["0000:00:04.0", "tuttiA"], ids=["address", "serial"])
+def test_hotplug_attaches_a_listed_controller(fake_cli, monkeypatch, tmp_path, line):
+    conf = tmp_path / "attach.conf"
+    conf.write_text(line + "\n")
+    calls = []
+    monkeypatch.setattr(devices, "attach", lambda bdf, *a, **k: (calls.append(bdf), ({}, True))[1])
+    res = run(["hotplug", "0000:00:04.0", "--config", str(conf)])
+    assert calls == ["0000:00:04.0"]
+    assert "0000:00:04.0 attached to tutti.ko" in err_of(res)
+
+
+def test_hotplug_leaves_other_controllers_alone(fake_cli, monkeypatch, tmp_path):
+    conf = tmp_path / "attach.conf"
+    conf.write_text("0000:00:05.0\nsomeone-else\n")
+    monkeypatch.setattr(devices, "attach", lambda *a, **k: pytest.fail("must not attach an unlisted controller"))
+    run(["hotplug", "0000:00:04.0", "--config", str(conf)])
+    run(["hotplug", "0000:00:04.0", "--config", str(tmp_path / "none.conf")])
+
+
+def test_hotplug_keeps_the_attach_refusals(fake_cli, monkeypatch, tmp_path):
+    conf = tmp_path / "attach.conf"
+    conf.write_text("00:04.0\n")
+    monkeypatch.setattr(devices, "_lib", lambda: pytest.fail("libtutti must not be called for a device in use"))
+    p1 = os.path.join(fake_cli.dev, "nvme0n1p1")
+    monkeypatch.setattr(devices, "_mounts", lambda: [(p1, "/srv")])
+    res = run(["hotplug", "0000:00:04.0", "--config", str(conf)], expect=EXIT_STORE)
+    assert "refusing to attach" in err_of(res)
+
+
+def test_udev_rules_offer_nvme_controllers_to_hotplug():
+    rules = (Path(__file__).resolve().parent.parent / "udev" / "99-tutti.rules").read_text()
+    logical = rules.replace("\\\n", " ")
+    [hotplug] = [ln for ln in logical.splitlines() if "hotplug" in ln and not ln.lstrip().startswith("#")]
+    for key in ('ACTION=="add"', 'SUBSYSTEM=="pci"', 'ATTR{class}=="0x010802"', "tutti-admin hotplug %k"):
+        assert key in hotplug, key
+    assert 'MODE="0660"' in rules and 'GROUP="tutti"' in rules

@@ -559,3 +559,42 @@ def smart_log(bdf: str, sysfs: Sysfs | None = None) -> tuple[dict, bytes]:
         hint = " (needs root)" if e.errno in (errno.EACCES, errno.EPERM) else ""
         raise DeviceError(f"{e.strerror}{hint}", errno_=e.errno) from None
     return ctl, page
+
+
+# ------------------------------------------------------------------ hotplug
+
+DEFAULT_ATTACH_CONFIG = "/etc/tutti/attach.conf"
+
+
+def read_attach_config(path: str) -> tuple[set[str], list[str]]:
+    """Controllers to hand to tutti.ko when they appear: ({PCI addresses and serials}, [problems]).
+
+    One entry a line: a PCI address (``0000:00:04.0`` or ``00:04.0``) or a controller
+    serial number; ``#`` starts a comment.  A missing file means no entries.
+    """
+    entries, problems = set(), []
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return entries, problems
+    for n, line in enumerate(text.splitlines(), 1):
+        item = line.split("#", 1)[0].strip()
+        if not item:
+            continue
+        if " " in item or "\t" in item:
+            problems.append(f"{path}:{n}: one PCI address or serial per line, got {item!r}")
+            continue
+        try:
+            entries.add(parse_pci_address(item))
+        except DeviceError:
+            entries.add(item)  # a serial number
+    return entries, problems
+
+
+def hotplug_wanted(bdf: str, entries: set[str], sysfs: Sysfs | None = None) -> bool:
+    """Is the controller at ``bdf`` listed, by address or by serial?"""
+    if bdf in entries:
+        return True
+    serial = describe_controller(bdf, sysfs, probe=True).get("serial")
+    return bool(serial) and serial in entries

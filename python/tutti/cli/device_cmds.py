@@ -219,3 +219,32 @@ def health_cmd(device, as_json):
         make_console().print(t)
     if d["critical_warning"]:
         sys.exit(EXIT_PROBLEMS)
+
+
+@main.command("hotplug", epilog=EXIT_CODES)
+@click.argument("device", metavar=_DEVICE_METAVAR)
+@click.option("--config", default=None, type=click.Path(dir_okay=False),
+              help="controllers to attach, one PCI address or serial a line [default: /etc/tutti/attach.conf]")
+def hotplug_cmd(device, config):
+    """Attach a controller that just appeared if the config lists it (run by udev).
+
+    udev/99-tutti.rules runs this for every NVMe controller added; a controller
+    not listed, or a config that does not exist, is left alone (exit 0).  The
+    same refusals as attach apply: a listed controller whose namespaces are in
+    use stays with nvme (exit 3).
+    """
+    from ..devices import DEFAULT_ATTACH_CONFIG, DeviceError, attach, hotplug_wanted, read_attach_config  # noqa: PLC0415
+
+    path = config or DEFAULT_ATTACH_CONFIG
+    entries, problems = read_attach_config(path)
+    con = make_console(stderr=True)
+    for p in problems:
+        con.print(f"tutti-admin: hotplug: {p}")
+    bdf = _resolve_device(device, "hotplug")
+    try:
+        if not hotplug_wanted(bdf, entries):
+            return
+        _, changed = attach(bdf)
+    except DeviceError as e:
+        raise _device_error(e, "hotplug") from None
+    con.print(f"tutti-admin: hotplug: {bdf} " + ("attached to tutti.ko" if changed else "already on tutti.ko"))
