@@ -19,7 +19,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import statistics
@@ -28,19 +27,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tutti.bench import cpu_model, drop_page_cache, replace_section
+
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "vLLM: TTFT with a shared prefix (CPU)"
 BLOCK = 128
-
-
-def drop_caches():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def run(tmp, name, spec):
@@ -63,28 +54,6 @@ def run(tmp, name, spec):
         res = json.load(f)
     print(f"vllm_ttft: {name}: TTFT {[round(t, 3) for t in res['ttft_s']]}", file=sys.stderr)
     return res
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def write_section(path, text):
-    old = Path(path).read_text() if Path(path).exists() else "# Benchmarks\n"
-    m = re.search(r"^## " + re.escape(TITLE) + r"[ \t]*$", old, re.M)
-    if m:
-        nxt = re.compile(r"^## ", re.M).search(old, m.end())
-        new = old[:m.start()] + text + ("\n" + old[nxt.start():] if nxt else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    Path(path).write_text(new)
 
 
 def main(argv=None):
@@ -117,12 +86,12 @@ def main(argv=None):
         results["none"] = run(tmp, "none", dict(base, connector="none"))
         results["example-cold"] = run(tmp, "example-cold", dict(
             base, connector="example", extra={"shared_storage_path": example_dir}))
-        dropped = drop_caches()
+        dropped = drop_page_cache()
         results["example-warm"] = run(tmp, "example-warm", dict(
             base, connector="example", extra={"shared_storage_path": example_dir}))
         results["tutti-cold"] = run(tmp, "tutti-cold", dict(base, connector="tutti",
                                                             extra=tutti_extra))
-        dropped = drop_caches() and dropped
+        dropped = drop_page_cache() and dropped
         results["tutti-warm"] = run(tmp, "tutti-warm", dict(base, connector="tutti",
                                                             extra=tutti_extra))
         same = {k: results[k]["outputs"] == results["none"]["outputs"] for k in results}
@@ -163,7 +132,7 @@ def main(argv=None):
              f"page cache dropped before warm runs: {'yes' if dropped else 'no (not root)'}.",
              f"- Load average at the end of the run: {os.getloadavg()[0]:.1f} (other jobs share this "
              "machine; TTFTs of one configuration vary accordingly).",
-             f"- Greedy outputs identical to the no-connector run: "
+             "- Greedy outputs identical to the no-connector run: "
              + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in same.items() if k != "none"),
              "", "| Configuration | TTFT median | Runs (s) | Notes |", "|---|---|---|---|"]
     for label, key, note in rows:
@@ -179,7 +148,7 @@ def main(argv=None):
               f"{w.get('corrupt_blocks', 0)} corrupt blocks.", ""]
     text = "\n".join(lines)
     print(text)
-    write_section(args.output, text)
+    replace_section(args.output, TITLE, text)
     return 0
 
 

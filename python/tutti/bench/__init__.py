@@ -32,14 +32,14 @@ Modules: ``common`` (units, errors, helpers), ``fio`` (the fio baseline),
 """
 from .common import GB, BenchError, drop_page_cache, has_store_magic, human_bytes, is_block_device, member_bytes
 from .fio import FIO_CONFIGS, fio_available, fio_command, parse_fio_json, pick_fio_config, run_fio
-from .machine import describe_path, machine_info
-from .report import SECTION_TITLE, markdown_section, ratio_rows, result_rows, sweep_rows, write_markdown
+from .machine import cpu_model, describe_path, machine_info
+from .report import SECTION_TITLE, markdown_section, ratio_rows, replace_section, result_rows, sweep_rows, write_markdown
 from .run import TARGETS, BenchConfig, run_bench
 
 __all__ = [
     "GB", "BenchError", "drop_page_cache", "has_store_magic", "human_bytes", "is_block_device", "member_bytes",
     "FIO_CONFIGS", "fio_available", "fio_command", "parse_fio_json", "pick_fio_config", "run_fio",
-    "describe_path", "machine_info",
+    "cpu_model", "describe_path", "machine_info", "replace_section",
     "SECTION_TITLE", "markdown_section", "ratio_rows", "result_rows", "sweep_rows", "write_markdown",
     "TARGETS", "BenchConfig", "run_bench",
 ]

@@ -11,7 +11,7 @@ from typing import Sequence
 from .common import human_bytes
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -89,7 +89,7 @@ def describe_path(path: str) -> str:
 def machine_info(paths: Sequence[str]) -> dict:
     return {
         "host": socket.gethostname(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "kernel": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),

@@ -109,10 +109,9 @@ def markdown_section(res: dict, title: str = SECTION_TITLE) -> str:
     return "\n".join(out)
 
 
-def write_markdown(path: str | os.PathLike, res: dict, title: str = SECTION_TITLE) -> None:
-    """Replace the section ``## title`` of ``path`` (up to the next ``## ``) or append it."""
+def replace_section(path: str | os.PathLike, title: str, section: str) -> None:
+    """Replace the section ``## title`` of ``path`` (up to the next ``## ``) with ``section``, or append it."""
     path = Path(path)
-    section = markdown_section(res, title)
     text = path.read_text() if path.exists() else "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n"
     heading = re.compile(r"^## " + re.escape(title) + r"[ \t]*$", re.M)
     m = heading.search(text)
@@ -124,3 +123,8 @@ def write_markdown(path: str | os.PathLike, res: dict, title: str = SECTION_TITL
         text = text.rstrip("\n") + "\n\n" + section
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
+
+
+def write_markdown(path: str | os.PathLike, res: dict, title: str = SECTION_TITLE) -> None:
+    """Write the store benchmark's results as the section ``## title`` of ``path``."""
+    replace_section(path, title, markdown_section(res, title))
