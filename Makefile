@@ -7,13 +7,25 @@ CC ?= gcc
 NVCC ?= nvcc
 CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -Ilibtutti/include
 LIBS := -luring -lxxhash -lpthread
+# DEPS_ROOT: a folder with liburing/xxhash headers and static libraries
+# unpacked from .debs, for machines where they cannot be installed (the H200:
+# scripts/gpu/h200_deps.sh makes .h200/root).
+DEPS_ROOT ?=
+ifneq ($(DEPS_ROOT),)
+CFLAGS_COMMON += -I$(DEPS_ROOT)/usr/include
+LDFLAGS += -L$(DEPS_ROOT)/usr/lib/x86_64-linux-gnu -Xlinker -rpath=$(abspath $(DEPS_ROOT))/usr/lib/x86_64-linux-gnu
+endif
+NVFLAGS := -std=c++17 -arch=sm_90 -O2 -Xcompiler -fPIC -Ilibtutti/include -Xcompiler -Wall,-Werror -Werror all-warnings
+GPU_SRCS := $(sort $(wildcard libtutti/src/gpu/*.cu))
+GPU_OBJS := $(GPU_SRCS:%.cu=$(BUILD)/%.o)
 
 LIB_SRCS := $(shell find libtutti/src -name '*.c' | sort)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks -name '*.cu' | sort)
 
-.PHONY: all help deps lib ctest cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
+PHONY_GPU := gpu-lib
+.PHONY: all help deps lib $(PHONY_GPU) ctest cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
 
 all: lib
 
@@ -26,6 +38,7 @@ help:
 	@echo "make lib        build/libtutti.a"
 	@echo "make ctest      C unit tests (TAP)"
 	@echo "make cuda-check compile every .cu file with nvcc (no GPU needed)"
+	@echo "make gpu-lib    build/libtutti_gpu.so: store + GPU data paths for tutti.gpu (needs nvcc)"
 	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
 	@echo "make gpu-bench  gpu-test, then the GPU io_uring benchmark (results in build/gpu/out)"
 	@echo "make venv       $(VENV) with the tutti package installed"
@@ -43,9 +56,21 @@ $(BUILD)/libtutti.a: $(LIB_OBJS)
 	@mkdir -p $(BUILD)
 	ar rcs $@ $^
 
+$(BUILD)/%.o: %.cu $(wildcard libtutti/include/tutti/*.h) $(wildcard libtutti/src/gpu/*.cuh)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+# The whole library (store + GPU data paths) as one shared object, loaded by
+# tutti.gpu (cffi ABI mode) next to PyTorch.
+$(BUILD)/libtutti_gpu.so: $(GPU_OBJS) $(LIB_OBJS)
+	$(NVCC) -shared -arch=sm_90 -cudart shared -o $@ $(GPU_OBJS) $(LIB_OBJS) \
+	  $(LDFLAGS) $(LIBS) -ldl
+
+gpu-lib: $(BUILD)/libtutti_gpu.so
+
 $(BUILD)/tests/%: libtutti/tests/%.c $(BUILD)/libtutti.a $(wildcard libtutti/tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $< -o $@ $(BUILD)/libtutti.a $(LIBS)
+	$(CC) $(CFLAGS_COMMON) $< -o $@ $(BUILD)/libtutti.a $(LDFLAGS) $(LIBS)
 
 ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
 	@fail=0; for t in $(abspath $^); do echo "# $$t"; $$t || fail=1; done; \
