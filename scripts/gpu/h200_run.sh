@@ -15,27 +15,24 @@ log() { echo "== $*" | tee -a "$OUT/run.log"; }
 
 log "$(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null) cpus=$(nproc)"
 t0=$(date +%s)
+# The library (store + GPU data paths) once, through make; every GPU test and
+# benchmark program links against it. DEPS_ROOT: see scripts/gpu/h200_deps.sh.
+[ -z "${DEPS_ROOT:-}" ] && [ -d .h200/root ] && ! [ -e /usr/include/liburing.h ] && DEPS_ROOT=.h200/root
+make -s -j"$(nproc)" BUILD="$B" ${DEPS_ROOT:+DEPS_ROOT=$DEPS_ROOT} gpu-lib >>"$OUT/build.log" 2>&1 ||
+	{ cat "$OUT/build.log"; log "build FAILED"; exit 1; }
 pids=()
-for f in libtutti/src/gpu/gio_uring.cu libtutti/src/gpu/emu_ctrl.cu libtutti/src/gpu/domains.cu; do
-	$NVCC $FLAGS -c "$f" -o "$B/$(basename "$f" .cu).o" &
-	pids+=($!)
-done
-for f in libtutti/tests/test_gpu_*.cu benchmarks/gpu_iouring_bench.cu; do
-	$NVCC $FLAGS -c "$f" -o "$B/$(basename "$f" .cu).main.o" &
+for f in libtutti/tests/test_gpu_*.cu benchmarks/*.cu; do
+	$NVCC $FLAGS "$f" -o "$B/$(basename "$f" .cu)" -L"$B" -ltutti_gpu -Xlinker -rpath="$PWD/$B" &
 	pids+=($!)
 done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 [ $rc -eq 0 ] || { log "build FAILED"; exit 1; }
-for f in libtutti/tests/test_gpu_*.cu benchmarks/gpu_iouring_bench.cu; do
-	n=$(basename "$f" .cu)
-	$NVCC -arch=sm_90 "$B/$n.main.o" "$B/gio_uring.o" "$B/emu_ctrl.o" "$B/domains.o" -o "$B/$n" || { log "link $n FAILED"; exit 1; }
-done
 log "built in $(( $(date +%s) - t0 )) s"
 
 fail=0
 for t in "$B"/test_gpu_*; do
-	case "$t" in *.o) continue ;; esac
+	[ -x "$t" ] && [ -f "$t" ] || continue
 	log "$t"
 	timeout 150 "$t" 2>&1 | tee -a "$OUT/test_gpu.log"
 	r=${PIPESTATUS[0]}
