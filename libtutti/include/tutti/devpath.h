@@ -11,9 +11,11 @@
  * slot and block lists are handed over once per transaction.
  *
  * Implementations (each in its own file under src/gpu/):
- *   gio     GPU threads build the NVMe commands (gio_uring.h)
+ *   gio     GPU threads build the NVMe commands (gio_uring.h, gio_path.h)
  *   staged  file -> pinned staging buffers -> HBM, pipelined
  *   gds     cuFile (GPUDirect Storage, or its compatibility mode)
+ * and tt_devpath_host below (src/store/devpath_host.c): the reference path
+ * over host memory, so the store's side is tested without a GPU.
  *
  * Use:
  *   tt_store_set_devpath(s, ops, ctx)        once per store
@@ -69,7 +71,10 @@ struct tt_devpath_txn {
  * @layer: start moving layer @layer; object (i, span k) of block i is at
  *         mem->base[m] + block_ids[i] * mem->stride[m] in device memory,
  *         m = tt_obj_index(geo, layer, k), on disk at tt_locate(); writes
- *         hash their objects before they move; asynchronous
+ *         hash their objects before they move; asynchronous. On error the
+ *         store counts nothing of the layer (its blocks fail with -EIO)
+ *         and does not call @wait for it; @end still waits for anything
+ *         the path had started
  * @order: make CUDA stream @stream wait (on the GPU) until layer @layer
  *         has landed and been hashed; NULL if the path cannot
  * @wait: block until layer @layer completed; reads hash what arrived;
@@ -109,7 +114,8 @@ int tt_store_set_devpath(struct tt_store *s, const struct tt_devpath_ops *ops,
  * @block_ids: memory block of each of the transaction's blocks
  *
  * After this, tt_txn_layer() takes device addresses and ignores its
- * block_ids argument. Return: 0, -ENODEV (no data path), -EALREADY, or
+ * block_ids argument. Return: 0, -ENODEV (no data path), -EALREADY (bound
+ * already), -EINVAL (a layer was already moved through host memory), or
  * the path's error.
  */
 int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids);
@@ -123,9 +129,20 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids);
  * Lets compute consume layer @layer as soon as it lands, with no CPU
  * round trip. Corruption is still judged at tt_txn_finish(): a caller
  * that used the bytes must discard what it computed from a block whose
- * status is -EBADMSG. Return: 0, -EINVAL, or -EOPNOTSUPP.
+ * status is -EBADMSG. Return: 0, -EINVAL (not bound, layer not submitted),
+ * -EOPNOTSUPP (the path cannot), -EIO (the layer failed), or the path's
+ * error.
  */
 int tt_txn_layer_order(struct tt_txn *t, uint32_t layer, struct CUstream_st *stream);
+
+/*
+ * tt_devpath_host - the reference data path: "device" addresses are host
+ * addresses, objects move with pread/pwrite through an aligned bounce
+ * buffer and are hashed by the CPU (tt_sum_object()), synchronously in
+ * @layer. No @order, no @flush; @ctx is unused (NULL). For tests and
+ * machines without a GPU.
+ */
+extern const struct tt_devpath_ops tt_devpath_host;
 
 #ifdef __cplusplus
 }

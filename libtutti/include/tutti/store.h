@@ -287,6 +287,16 @@ int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count,
  */
 int tt_store_register_memory(struct tt_store *s, void *addr, size_t len);
 
+/**
+ * tt_store_member_fds() - the members' open files, for a data path
+ * @s: store
+ * @fds: out, one per member in member order (TT_MAX_MEMBERS is enough)
+ * @bytes: out (may be NULL), bytes of the store on each member
+ *
+ * The files stay owned by the store. Return: the number of members.
+ */
+int tt_store_member_fds(const struct tt_store *s, int *fds, uint64_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

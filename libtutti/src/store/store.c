@@ -348,6 +348,28 @@ int tt_store_register_memory(struct tt_store *s, void *addr, size_t len)
 	return tt_engine_register(s->eng, addr, len);
 }
 
+int tt_store_member_fds(const struct tt_store *s, int *fds, uint64_t *bytes)
+{
+	for (unsigned i = 0; i < s->n_members; i++)
+		fds[i] = s->members[i].fd;
+	if (bytes)
+		*bytes = s->sb.member_bytes;
+	return (int)s->n_members;
+}
+
+int tt_store_set_devpath(struct tt_store *s, const struct tt_devpath_ops *ops,
+			 void *ctx)
+{
+	if (s->txns)
+		return tt_seterr(-EBUSY, "transactions are open");
+	if (ops && (!ops->begin || !ops->layer || !ops->wait || !ops->collect || !ops->end))
+		return tt_seterr(-EINVAL, "data path %s lacks an operation",
+				 ops->name ? ops->name : "?");
+	s->dp_ops = ops;
+	s->dp_ctx = ops ? ctx : NULL;
+	return 0;
+}
+
 /* A memory map of one block held contiguously at @buf, (layer, span) order. */
 struct flat_map {
 	struct tt_memmap map;

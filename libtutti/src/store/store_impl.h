@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "tutti/devpath.h"
 #include "tutti/store.h"
 #include "../support/member.h"
 
@@ -46,6 +47,8 @@ struct tt_store {
 	struct tt_slots slots;
 	uint32_t mem_align;		/* O_DIRECT memory alignment */
 	struct tt_txn *txns;		/* open transactions */
+	const struct tt_devpath_ops *dp_ops;	/* data path for device memory */
+	void *dp_ctx;
 	struct tt_store_stats st;
 };
 
