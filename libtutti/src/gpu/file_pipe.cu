@@ -1,0 +1,615 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// file_pipe.cu - the pipeline behind the staged and GDS data paths.
+//
+// At begin, each layer's objects are sorted in disk order and cut into runs
+// (jobs) of objects adjacent on one member. A submitted layer goes into a
+// ring that every I/O thread walks in order: a thread takes the layer's
+// jobs one at a time (an atomic counter), moves each through one of its
+// chunks, and when none is left records an event on its stream and makes
+// the layer's completion stream wait for it. The last thread to leave a
+// layer hashes it there (reads) and records the layer's event: the layer
+// has landed when that event has, with no CPU round trip for the GPU side.
+// A thread never waits for the others, so it runs on into the next layer.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include <unistd.h>
+
+#include "tutti/error.h"
+#include "file_pipe.cuh"
+
+#define FP_THREADS	256
+
+struct fp_move {
+	const uint32_t *tags;
+	const uint32_t *ids;
+	uint64_t base[TT_GPU_SUM_MAX_SPANS];
+	uint64_t stride[TT_GPU_SUM_MAX_SPANS];
+	uint32_t n_spans;
+	uint32_t span_bytes;
+	uint32_t obj_stride;
+};
+
+// One CTA per object: chunk slot j <-> its paged block. Writes zero the
+// padding so the bytes on disk do not depend on stale staging memory.
+__global__ void fp_move_kernel(char *chunk, struct fp_move a, int to_paged)
+{
+	uint32_t j = blockIdx.x, tag = a.tags[j];
+	uint32_t i = tag / a.n_spans, k = tag % a.n_spans;
+	char *pg = (char *)(a.base[k] + (uint64_t)a.ids[i] * a.stride[k]);
+	char *st = chunk + (uint64_t)j * a.obj_stride;
+	char *dst = to_paged ? pg : st;
+	const char *src = to_paged ? st : pg;
+
+	if (((uintptr_t)dst | (uintptr_t)src | a.span_bytes) % 16 == 0) {
+		uint4 *d = (uint4 *)dst;
+		const uint4 *s = (const uint4 *)src;
+
+		for (uint32_t x = threadIdx.x; x < a.span_bytes / 16; x += blockDim.x)
+			d[x] = s[x];
+	} else {
+		for (uint32_t x = threadIdx.x; x < a.span_bytes; x += blockDim.x)
+			dst[x] = src[x];
+	}
+	if (!to_paged)
+		for (uint32_t x = a.span_bytes + threadIdx.x; x < a.obj_stride; x += blockDim.x)
+			st[x] = 0;
+}
+
+static void set_err(int *p, int err)
+{
+	int zero = 0;
+
+	__atomic_compare_exchange_n(p, &zero, err, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+static void job_fail(struct fp_layer *ly, const struct fp_job *j, int err)
+{
+	struct fp_txn *t = ly->t;
+
+	for (uint32_t x = j->first; x < j->first + j->count; x++)
+		__atomic_store_n(&t->status[ly->tags[x] / t->geo.n_spans], -EIO, __ATOMIC_RELAXED);
+	set_err(&ly->err, err);
+}
+
+static int launch_move(struct fp_layer *ly, const struct fp_job *j, struct fp_chunk *c,
+		       cudaStream_t s, int to_paged)
+{
+	struct fp_txn *t = ly->t;
+	struct fp_move a;
+
+	a.tags = ly->dtags + j->first;
+	a.ids = t->d_ids;
+	memcpy(a.base, ly->base, sizeof(a.base));
+	memcpy(a.stride, ly->stride, sizeof(a.stride));
+	a.n_spans = t->geo.n_spans;
+	a.span_bytes = t->geo.span_bytes;
+	a.obj_stride = t->geo.obj_stride;
+	fp_move_kernel<<<j->count, FP_THREADS, 0, s>>>((char *)c->dev, a, to_paged);
+	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}
+
+static void read_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_layer *ly)
+{
+	const struct fp_backend *be = fp->be;
+	uint32_t x;
+
+	while ((x = ly->next_job.fetch_add(1)) < ly->n_jobs) {
+		const struct fp_job *j = &ly->jobs[x];
+		struct fp_chunk *c = &w->chunks[w->next++ % fp->depth];
+		int ret = -EIO;
+
+		// The chunk's last copy and scatter must be done before reuse.
+		if (cudaEventSynchronize(c->ev) != cudaSuccess)
+			goto fail;
+		ret = be->get(ly->t, c, j);
+		if (!ret && be->to_dev)
+			ret = be->to_dev(c, j->len, w->s);
+		if (!ret)
+			ret = launch_move(ly, j, c, w->s, 1);
+		if (!ret && cudaEventRecord(c->ev, w->s) != cudaSuccess)
+			ret = -EIO;
+		if (!ret)
+			continue;
+fail:
+		job_fail(ly, j, ret);
+	}
+}
+
+static void put_job(struct tt_file_path *fp, struct fp_layer *ly, struct fp_chunk *c,
+		    const struct fp_job *j)
+{
+	int ret = cudaEventSynchronize(c->ev) == cudaSuccess ? 0 : -EIO;
+
+	if (!ret)
+		ret = fp->be->put(ly->t, c, j);
+	if (ret)
+		job_fail(ly, j, ret);
+}
+
+// Gather run k + 1 on the GPU while run k is written.
+static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_layer *ly)
+{
+	const struct fp_backend *be = fp->be;
+	const struct fp_job *pj = nullptr;
+	struct fp_chunk *pc = nullptr;
+	uint32_t x;
+
+	while ((x = ly->next_job.fetch_add(1)) < ly->n_jobs) {
+		const struct fp_job *j = &ly->jobs[x];
+		struct fp_chunk *c = &w->chunks[w->next++ % fp->depth];
+		int ret = launch_move(ly, j, c, w->s, 0);
+
+		if (!ret && be->from_dev)
+			ret = be->from_dev(c, j->len, w->s);
+		if (!ret && cudaEventRecord(c->ev, w->s) != cudaSuccess)
+			ret = -EIO;
+		if (pc)
+			put_job(fp, ly, pc, pj);
+		pc = nullptr;
+		if (ret) {
+			job_fail(ly, j, ret);
+			continue;
+		}
+		pc = c;
+		pj = j;
+	}
+	if (pc)
+		put_job(fp, ly, pc, pj);
+}
+
+static int layer_sum(struct fp_layer *ly)
+{
+	struct fp_txn *t = ly->t;
+	struct tt_gpu_sum_layer d;
+
+	memset(&d, 0, sizeof(d));
+	d.geo = t->geo;
+	d.layer = ly->layer;
+	d.n_blocks = t->n;
+	d.block_ids = t->d_ids;
+	d.skip = t->d_skip;
+	memcpy(d.base, ly->base, sizeof(d.base));
+	memcpy(d.stride, ly->stride, sizeof(d.stride));
+	d.sums = t->d_sums;
+	return tt_gpu_sum_layer(&d, ly->sum);
+}
+
+// Last thread out of a layer (fp->mu held).
+static void layer_finish(struct tt_file_path *fp, struct fp_layer *ly)
+{
+	int ret = 0;
+
+	if (!ly->t->write && ly->n_objs)
+		ret = layer_sum(ly);
+	if (!ret && cudaEventRecord(ly->ev, ly->sum) != cudaSuccess)
+		ret = -EIO;
+	if (ret)
+		set_err(&ly->err, -EIO);
+	ly->done = 1;
+	fp->cv_done.notify_all();
+}
+
+static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
+{
+	std::unique_lock<std::mutex> lk(fp->mu);
+
+	cudaSetDevice(fp->device);
+	for (;;) {
+		struct fp_layer *ly;
+
+		fp->cv_work.wait(lk, [&] { return fp->stop || w->cursor != fp->tail; });
+		if (w->cursor == fp->tail)
+			break;
+		ly = fp->ring[w->cursor % FP_RING];
+		lk.unlock();
+		if (ly->t->write)
+			write_layer(fp, w, ly);
+		else
+			read_layer(fp, w, ly);
+		lk.lock();
+		if (cudaEventRecord(w->ev, w->s) != cudaSuccess ||
+		    cudaStreamWaitEvent(ly->sum, w->ev, 0) != cudaSuccess)
+			set_err(&ly->err, -EIO);
+		if (++ly->passed == fp->n_workers)
+			layer_finish(fp, ly);
+		w->cursor++;
+		fp->cv_done.notify_all();	// ring room
+	}
+}
+
+static void fp_free(struct tt_file_path *fp)
+{
+	{
+		std::lock_guard<std::mutex> lk(fp->mu);
+		fp->stop = 1;
+	}
+	fp->cv_work.notify_all();
+	for (struct fp_worker &w : fp->w)
+		if (w.th.joinable())
+			w.th.join();
+	if (fp->be->fini)
+		fp->be->fini(fp);
+	for (struct fp_worker &w : fp->w) {
+		for (struct fp_chunk &c : w.chunks) {
+			if (c.ev)
+				cudaEventDestroy(c.ev);
+			cudaFree(c.dev);
+			cudaFreeHost(c.host);
+		}
+		if (w.ev)
+			cudaEventDestroy(w.ev);
+		if (w.s)
+			cudaStreamDestroy(w.s);
+	}
+	for (unsigned q = 0; q < FP_SUM_STREAMS; q++)
+		if (fp->sum[q])
+			cudaStreamDestroy(fp->sum[q]);
+	if (fp->ctl)
+		cudaStreamDestroy(fp->ctl);
+	delete fp;
+}
+
+void tt_file_path_close(struct tt_file_path *fp)
+{
+	if (fp)
+		fp_free(fp);
+}
+
+static int fp_alloc(struct tt_file_path *fp)
+{
+	const unsigned fl = cudaStreamNonBlocking;
+
+	for (unsigned q = 0; q < FP_SUM_STREAMS; q++)
+		if (cudaStreamCreateWithFlags(&fp->sum[q], fl) != cudaSuccess)
+			return -EIO;
+	if (cudaStreamCreateWithFlags(&fp->ctl, fl) != cudaSuccess)
+		return -EIO;
+	for (struct fp_worker &w : fp->w) {
+		if (cudaStreamCreateWithFlags(&w.s, fl) != cudaSuccess ||
+		    cudaEventCreateWithFlags(&w.ev, cudaEventDisableTiming) != cudaSuccess)
+			return -EIO;
+		w.chunks.resize(fp->depth);
+		for (struct fp_chunk &c : w.chunks) {
+			c = {};
+			if (cudaEventCreateWithFlags(&c.ev, cudaEventDisableTiming) != cudaSuccess ||
+			    cudaMalloc(&c.dev, fp->chunk_bytes) != cudaSuccess)
+				return -ENOMEM;
+			if (fp->be->host_chunks &&
+			    cudaHostAlloc(&c.host, fp->chunk_bytes, cudaHostAllocPortable) != cudaSuccess)
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
+	    void *priv, struct tt_file_path **out)
+{
+	struct tt_file_path_params d = {};
+	struct tt_file_path *fp;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int ret;
+
+	if (p)
+		d = *p;
+	if (!d.n_threads)
+		d.n_threads = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (unsigned)ncpu;
+	if (!d.chunk_bytes)
+		d.chunk_bytes = 4u << 20;
+	if (!d.depth)
+		d.depth = 3;
+	if (d.depth < 2 || d.n_threads > 256 || d.chunk_bytes % 4096)
+		return tt_seterr(-EINVAL, "%s path: depth %u (>= 2), %u threads (<= 256), "
+				 "chunk %u B (multiple of 4 KiB)", be->name, d.depth,
+				 d.n_threads, d.chunk_bytes);
+	if (d.device < 0 && cudaGetDevice(&d.device) != cudaSuccess)
+		return tt_seterr(-EIO, "%s path: no CUDA device", be->name);
+	fp = new (std::nothrow) tt_file_path();
+	if (!fp)
+		return tt_seterr(-ENOMEM, "%s path: out of memory", be->name);
+	fp->be = be;
+	fp->priv = priv;
+	fp->device = d.device;
+	fp->n_workers = d.n_threads;
+	fp->depth = d.depth;
+	fp->chunk_bytes = d.chunk_bytes;
+	fp->w.resize(d.n_threads);
+	ret = fp_alloc(fp);
+	if (ret) {
+		fp_free(fp);
+		return tt_seterr(ret, "%s path: cannot allocate %u x %u chunks of %u B: %s",
+				 be->name, d.n_threads, d.depth, d.chunk_bytes,
+				 cudaGetErrorString(cudaGetLastError()));
+	}
+	if (be->init && (ret = be->init(fp))) {
+		fp_free(fp);
+		return ret;
+	}
+	for (struct fp_worker &w : fp->w)
+		w.th = std::thread(worker_main, fp, &w);
+	*out = fp;
+	return 0;
+}
+
+// ---- transactions ----
+
+struct fp_obj {
+	uint64_t off;
+	uint32_t member;
+	uint32_t tag;
+};
+
+// Sort a layer's objects in disk order and cut them into runs of at most @cap.
+static void plan_layer(struct fp_txn *t, uint32_t l, uint32_t cap,
+		       std::vector<struct fp_obj> &objs)
+{
+	const struct tt_geometry *g = &t->geo;
+	uint32_t S = g->n_spans;
+	uint32_t *tags = &t->tags[(size_t)l * t->n * S];
+
+	objs.clear();
+	for (unsigned i = 0; i < t->n; i++) {
+		if (t->slots[i] < 0)
+			continue;
+		for (uint32_t k = 0; k < S; k++) {
+			struct tt_extent e = tt_locate(g, (uint64_t)t->slots[i], l, k);
+
+			objs.push_back({ e.off, e.member, i * S + k });
+		}
+	}
+	std::sort(objs.begin(), objs.end(), [](const fp_obj &a, const fp_obj &b) {
+		return a.member != b.member ? a.member < b.member : a.off < b.off;
+	});
+	for (uint32_t x = 0; x < objs.size(); x++) {
+		struct fp_job *j = t->jobs.empty() ? nullptr : &t->jobs.back();
+
+		tags[x] = objs[x].tag;
+		if (x && j->member == objs[x].member && j->off + j->len == objs[x].off &&
+		    j->len + g->obj_stride <= cap) {
+			j->count++;
+			j->len += g->obj_stride;
+			continue;
+		}
+		t->jobs.push_back({ x, 1, objs[x].member, g->obj_stride, objs[x].off });
+	}
+	t->layers[l].n_objs = (uint32_t)objs.size();
+}
+
+static int txn_device(struct fp_txn *t, const uint32_t *ids)
+{
+	struct tt_file_path *fp = t->fp;
+	size_t n = t->n ? t->n : 1, R = tt_objs_per_slot(&t->geo);
+	size_t o_skip = n * 4, o_tags = (o_skip + n + 255) & ~(size_t)255;
+	size_t o_sums = (o_tags + t->tags.size() * 4 + 255) & ~(size_t)255;
+	size_t bytes = o_sums + n * R * 8;
+	std::vector<uint8_t> skip(n, 0);
+
+	for (unsigned i = 0; i < t->n; i++)
+		skip[i] = t->slots[i] < 0;
+	// Stream-ordered: no device-wide synchronisation of the caller's work.
+	if (cudaMallocAsync(&t->dmem, bytes, fp->ctl) != cudaSuccess)
+		return -ENOMEM;
+	t->d_ids = (uint32_t *)t->dmem;
+	t->d_skip = (uint8_t *)t->dmem + o_skip;
+	t->d_tags = (uint32_t *)((char *)t->dmem + o_tags);
+	t->d_sums = (uint64_t *)((char *)t->dmem + o_sums);
+	if ((t->n && cudaMemcpyAsync(t->d_ids, ids, t->n * 4, cudaMemcpyHostToDevice, fp->ctl)) ||
+	    cudaMemcpyAsync(t->d_skip, skip.data(), n, cudaMemcpyHostToDevice, fp->ctl) ||
+	    (!t->tags.empty() && cudaMemcpyAsync(t->d_tags, t->tags.data(), t->tags.size() * 4,
+						 cudaMemcpyHostToDevice, fp->ctl)) ||
+	    cudaMemsetAsync(t->d_sums, 0, n * R * 8, fp->ctl) ||
+	    cudaStreamSynchronize(fp->ctl))
+		return -EIO;
+	return 0;
+}
+
+static void txn_free(struct fp_txn *t)
+{
+	struct tt_file_path *fp = t->fp;
+
+	for (struct fp_layer &ly : t->layers)
+		if (ly.ev)
+			cudaEventDestroy(ly.ev);
+	if (t->dmem) {
+		cudaFreeAsync(t->dmem, fp->ctl);
+		cudaStreamSynchronize(fp->ctl);
+	}
+	delete t;
+}
+
+int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
+{
+	struct tt_file_path *fp = (struct tt_file_path *)ctx;
+	const struct tt_geometry *g = ti->geo;
+	uint32_t L = g->n_layers, S = g->n_spans;
+	uint64_t moved = 0;
+	std::vector<struct fp_obj> objs;
+	struct fp_txn *t;
+	uint32_t cap;
+	int ret;
+
+	if (S > TT_GPU_SUM_MAX_SPANS || g->n_members > TT_MAX_ENGINE_MEMBERS ||
+	    g->obj_stride > fp->chunk_bytes || g->obj_stride % 4096)
+		return tt_seterr(-EINVAL, "%s path: %u spans (<= %u), %u members, objects of "
+				 "%u B (chunk %u B)", fp->be->name, S, TT_GPU_SUM_MAX_SPANS,
+				 g->n_members, g->obj_stride, fp->chunk_bytes);
+	t = new (std::nothrow) fp_txn();
+	if (!t)
+		return tt_seterr(-ENOMEM, "out of memory");
+	try {
+		t->fp = fp;
+		t->geo = *g;
+		t->write = ti->write;
+		t->n = ti->n;
+		t->slots.assign(ti->slots, ti->slots + ti->n);
+		t->status.assign(ti->n, 0);
+		t->tags.resize((size_t)L * ti->n * S);
+		t->layers = std::vector<struct fp_layer>(L);
+		for (unsigned i = 0; i < ti->n; i++)
+			moved += ti->slots[i] >= 0;
+		// Enough runs per layer to keep every thread busy, none tiny.
+		cap = (uint32_t)std::min<uint64_t>(fp->chunk_bytes,
+			std::max<uint64_t>(FP_MIN_RUN, moved * S * g->obj_stride / (2 * fp->n_workers)));
+		cap = std::max(cap / g->obj_stride * g->obj_stride, g->obj_stride);
+		for (uint32_t l = 0; l < L; l++) {
+			size_t first = t->jobs.size();
+
+			plan_layer(t, l, cap, objs);
+			t->layers[l].n_jobs = (uint32_t)(t->jobs.size() - first);
+			t->layers[l].next_job = (uint32_t)first;	// index, fixed below
+		}
+	} catch (const std::bad_alloc &) {
+		delete t;
+		return tt_seterr(-ENOMEM, "out of memory");
+	}
+	memcpy(t->fds, ti->fds, g->n_members * sizeof(int));
+	for (uint32_t l = 0; l < L; l++) {
+		struct fp_layer *ly = &t->layers[l];
+
+		ly->t = t;
+		ly->layer = l;
+		ly->jobs = t->jobs.data() + ly->next_job.load();
+		ly->next_job = 0;
+		ly->tags = &t->tags[(size_t)l * t->n * S];
+		if (cudaEventCreateWithFlags(&ly->ev, cudaEventDisableTiming) != cudaSuccess) {
+			txn_free(t);
+			return tt_seterr(-EIO, "%s path: cudaEventCreate failed", fp->be->name);
+		}
+	}
+	ret = txn_device(t, ti->block_ids);
+	if (!ret && fp->be->txn_open)
+		ret = fp->be->txn_open(t);
+	if (ret) {
+		txn_free(t);
+		return tt_seterr(ret, "%s path: transaction setup failed (%s)", fp->be->name,
+				 ret == -ENOMEM ? "device memory" : "CUDA");
+	}
+	for (uint32_t l = 0; l < L; l++)
+		t->layers[l].dtags = t->d_tags + (size_t)l * t->n * S;
+	*out = t;
+	return 0;
+}
+
+int fp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
+{
+	struct fp_txn *t = (struct fp_txn *)txn;
+	struct tt_file_path *fp = t->fp;
+	struct fp_layer *ly;
+	uint32_t S = t->geo.n_spans;
+
+	if (layer >= t->geo.n_layers || mem->n_layers != t->geo.n_layers || mem->n_spans != S)
+		return tt_seterr(-EINVAL, "%s path: layer %u, memory map %u x %u", fp->be->name,
+				 layer, mem->n_layers, mem->n_spans);
+	ly = &t->layers[layer];
+	if (ly->submitted)
+		return tt_seterr(-EALREADY, "layer %u already submitted", layer);
+	for (uint32_t k = 0; k < S; k++) {
+		ly->base[k] = mem->base[tt_obj_index(&t->geo, layer, k)];
+		ly->stride[k] = mem->stride[tt_obj_index(&t->geo, layer, k)];
+	}
+	std::unique_lock<std::mutex> lk(fp->mu);
+	fp->cv_done.wait(lk, [&] {
+		uint64_t lo = fp->tail;
+
+		for (struct fp_worker &w : fp->w)
+			lo = std::min(lo, w.cursor);
+		return fp->tail - lo < FP_RING;
+	});
+	ly->sum = fp->sum[fp->tail % FP_SUM_STREAMS];
+	// Writes hash the bytes they are about to move, alongside the gathers.
+	if (t->write && ly->n_objs && layer_sum(ly))
+		return tt_seterr(-EIO, "%s path: hash kernel launch failed", fp->be->name);
+	ly->submitted = 1;
+	fp->ring[fp->tail % FP_RING] = ly;
+	fp->tail++;
+	lk.unlock();
+	fp->cv_work.notify_all();
+	return 0;
+}
+
+// Wait until every run of @layer was moved and queued on the GPU.
+static struct fp_layer *layer_queued(struct fp_txn *t, uint32_t layer)
+{
+	struct tt_file_path *fp = t->fp;
+	struct fp_layer *ly;
+
+	if (layer >= t->geo.n_layers || !t->layers[layer].submitted)
+		return nullptr;
+	ly = &t->layers[layer];
+	std::unique_lock<std::mutex> lk(fp->mu);
+	fp->cv_done.wait(lk, [&] { return ly->done != 0; });
+	return ly;
+}
+
+int fp_order(void *txn, uint32_t layer, struct CUstream_st *stream)
+{
+	struct fp_layer *ly = layer_queued((struct fp_txn *)txn, layer);
+
+	if (!ly)
+		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
+	return cudaStreamWaitEvent(stream, ly->ev, 0) == cudaSuccess ? 0 : -EIO;
+}
+
+int fp_wait(void *txn, uint32_t layer)
+{
+	struct fp_layer *ly = layer_queued((struct fp_txn *)txn, layer);
+	int err;
+
+	if (!ly)
+		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
+	if (cudaEventSynchronize(ly->ev) != cudaSuccess)
+		set_err(&ly->err, -EIO);
+	err = __atomic_load_n(&ly->err, __ATOMIC_RELAXED);
+	if (err)
+		return tt_seterr(err, "%s path: layer %u: %s", ((struct fp_txn *)txn)->fp->be->name,
+				 layer, strerror(-err));
+	return 0;
+}
+
+int fp_collect(void *txn, int32_t *status, uint64_t *sums)
+{
+	struct fp_txn *t = (struct fp_txn *)txn;
+	uint32_t R = tt_objs_per_slot(&t->geo), S = t->geo.n_spans;
+	std::vector<uint64_t> h((size_t)t->n * R);
+
+	// A failed layer shows in the per-block status, not in the return.
+	for (uint32_t l = 0; l < t->geo.n_layers; l++)
+		if (t->layers[l].submitted)
+			fp_wait(t, l);
+	if (t->n && cudaMemcpy(h.data(), t->d_sums, h.size() * 8, cudaMemcpyDeviceToHost))
+		return tt_seterr(-EIO, "%s path: reading the checksums back failed", t->fp->be->name);
+	for (unsigned i = 0; i < t->n; i++) {
+		status[i] = __atomic_load_n(&t->status[i], __ATOMIC_RELAXED);
+		if (t->slots[i] < 0)
+			continue;
+		for (uint32_t l = 0; l < t->geo.n_layers; l++) {
+			if (!t->layers[l].submitted)
+				continue;
+			for (uint32_t k = 0; k < S; k++) {
+				uint32_t m = tt_obj_index(&t->geo, l, k);
+
+				sums[(size_t)i * R + m] = h[(size_t)i * R + m];
+			}
+		}
+	}
+	return 0;
+}
+
+void fp_end(void *txn)
+{
+	struct fp_txn *t = (struct fp_txn *)txn;
+
+	for (uint32_t l = 0; l < t->geo.n_layers; l++) {
+		struct fp_layer *ly = &t->layers[l];
+
+		if (ly->submitted && layer_queued(t, l))
+			cudaEventSynchronize(ly->ev);
+	}
+	if (t->fp->be->txn_close)
+		t->fp->be->txn_close(t);
+	txn_free(t);
+}

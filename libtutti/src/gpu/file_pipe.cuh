@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// file_pipe.cuh - the pipeline shared by the staged and GDS data paths
+// (not installed). A backend only moves one run between a member file and
+// a chunk; everything else (runs, threads, scatter/gather kernels, hashing,
+// per-layer completion) is here.
+#ifndef TT_FILE_PIPE_CUH
+#define TT_FILE_PIPE_CUH
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "tutti/devpath.h"
+#include "tutti/gpu_sum.h"
+#include "tutti/staged_path.h"
+
+#define FP_RING		1024u	// layers queued to the threads, all transactions
+#define FP_SUM_STREAMS	8u	// layer q completes on stream q % 8
+#define FP_MIN_RUN	(256u << 10)
+
+struct fp_txn;
+
+// One staging unit: pinned host memory (staged) and device memory.
+struct fp_chunk {
+	void *host;
+	void *dev;
+	cudaEvent_t ev;		// recorded after the chunk's last copy/kernel
+	int registered;		// with the backend (cuFileBufRegister)
+};
+
+// A run of objects adjacent on one member: one read or write.
+struct fp_job {
+	uint32_t first;		// into the layer's sorted tags
+	uint32_t count;
+	uint32_t member;
+	uint32_t len;
+	uint64_t off;
+};
+
+struct fp_layer {
+	struct fp_txn *t;
+	uint32_t layer;
+	int submitted;
+	std::atomic<uint32_t> next_job;
+	uint32_t n_jobs;
+	const struct fp_job *jobs;
+	const uint32_t *tags;		// host: block * n_spans + span, disk order
+	const uint32_t *dtags;		// the same on the device
+	uint32_t n_objs;
+	uint64_t base[TT_GPU_SUM_MAX_SPANS];
+	uint64_t stride[TT_GPU_SUM_MAX_SPANS];
+	unsigned passed;		// threads done with it (under fp->mu)
+	int done;			// every run moved and queued (under fp->mu)
+	int err;			// first failure (atomic)
+	cudaStream_t sum;		// completes here: hash, then ev
+	cudaEvent_t ev;
+};
+
+struct fp_txn {
+	struct tt_file_path *fp;
+	struct tt_geometry geo;
+	int write;
+	unsigned n;
+	int fds[TT_MAX_ENGINE_MEMBERS];
+	void *fh[TT_MAX_ENGINE_MEMBERS];	// backend's per-member handle
+	std::vector<int64_t> slots;
+	std::vector<int32_t> status;		// per block (atomic stores)
+	std::vector<uint32_t> tags;		// all layers, n * n_spans each
+	std::vector<struct fp_job> jobs;
+	std::vector<struct fp_layer> layers;
+	void *dmem;				// one device allocation:
+	uint32_t *d_ids;
+	uint8_t *d_skip;
+	uint32_t *d_tags;
+	uint64_t *d_sums;
+};
+
+struct fp_worker {
+	std::thread th;
+	cudaStream_t s;
+	cudaEvent_t ev;
+	std::vector<struct fp_chunk> chunks;
+	unsigned next;			// chunk to use next
+	uint64_t cursor;		// ring entry it works on (under fp->mu)
+};
+
+struct fp_backend {
+	const char *name;
+	int host_chunks;		// needs pinned chunks
+	int (*init)(struct tt_file_path *fp);	// after the chunks exist
+	void (*fini)(struct tt_file_path *fp);
+	int (*txn_open)(struct fp_txn *t);
+	void (*txn_close)(struct fp_txn *t);
+	// file -> chunk (synchronous); then chunk -> device on @s, may be NULL
+	int (*get)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j);
+	int (*to_dev)(struct fp_chunk *c, uint32_t len, cudaStream_t s);
+	// device -> chunk on @s, may be NULL; then chunk -> file (synchronous)
+	int (*from_dev)(struct fp_chunk *c, uint32_t len, cudaStream_t s);
+	int (*put)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j);
+};
+
+struct tt_file_path {
+	const struct fp_backend *be;
+	int device;
+	unsigned n_workers;
+	unsigned depth;
+	uint32_t chunk_bytes;
+	std::vector<struct fp_worker> w;
+	std::mutex mu;
+	std::condition_variable cv_work, cv_done;
+	struct fp_layer *ring[FP_RING];
+	uint64_t tail;
+	int stop;
+	cudaStream_t sum[FP_SUM_STREAMS];
+	cudaStream_t ctl;
+	void *priv;			// backend's
+};
+
+int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
+	    void *priv, struct tt_file_path **out);
+
+// The devpath ops, the same for every backend.
+int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn);
+int fp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem);
+int fp_order(void *txn, uint32_t layer, struct CUstream_st *stream);
+int fp_wait(void *txn, uint32_t layer);
+int fp_collect(void *txn, int32_t *status, uint64_t *sums);
+void fp_end(void *txn);
+
+#endif /* TT_FILE_PIPE_CUH */

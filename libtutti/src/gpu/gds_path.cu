@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gds_path.cu - the GDS data path's backend: cuFileRead/cuFileWrite of
+// whole runs straight into/out of the device chunks. libcufile.so.0 is
+// opened with dlopen so the library builds and runs without it (-ENOSYS).
+// The pipeline (runs, threads, kernels, hashing) is file_pipe.cu.
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include <dlfcn.h>
+
+#include "tutti/error.h"
+#include "tutti/gds_path.h"
+#include "cufile_min.h"
+#include "file_pipe.cuh"
+
+static struct tt_cufile_api cf;
+static int cf_state;		// 0 not tried, 1 loaded, < 0 error
+static char cf_why[256];
+static std::once_flag cf_once;
+
+static void *cf_sym(void *h, const char *name)
+{
+	void *f = dlsym(h, name);
+
+	if (!f && !cf_state) {
+		cf_state = -ENOSYS;
+		snprintf(cf_why, sizeof(cf_why), "libcufile.so.0 lacks %s", name);
+	}
+	return f;
+}
+
+static void cf_load(void)
+{
+	void *h = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		cf_state = -ENOSYS;
+		snprintf(cf_why, sizeof(cf_why), "GDS unavailable: %s", dlerror());
+		return;
+	}
+	*(void **)&cf.driver_open = cf_sym(h, "cuFileDriverOpen");
+	*(void **)&cf.handle_register = cf_sym(h, "cuFileHandleRegister");
+	*(void **)&cf.handle_deregister = cf_sym(h, "cuFileHandleDeregister");
+	*(void **)&cf.buf_register = cf_sym(h, "cuFileBufRegister");
+	*(void **)&cf.buf_deregister = cf_sym(h, "cuFileBufDeregister");
+	*(void **)&cf.read = cf_sym(h, "cuFileRead");
+	*(void **)&cf.write = cf_sym(h, "cuFileWrite");
+	if (cf_state)
+		return;
+	// The driver stays open for the process: cuFile closes it at exit,
+	// and other users in the process (PyTorch, KvikIO) may share it.
+	struct tt_cufile_error e = cf.driver_open();
+
+	if (e.err != TT_CU_FILE_SUCCESS) {
+		cf_state = -EIO;
+		snprintf(cf_why, sizeof(cf_why), "cuFileDriverOpen failed: cuFile error %d "
+			 "(CUDA %d)", e.err, e.cu_err);
+		return;
+	}
+	cf_state = 1;
+}
+
+// Chunks registered with cuFile skip its per-call pinning of GPU memory.
+static int gds_init(struct tt_file_path *fp)
+{
+	for (struct fp_worker &w : fp->w)
+		for (struct fp_chunk &c : w.chunks)
+			c.registered = cf.buf_register(c.dev, fp->chunk_bytes, 0).err ==
+				       TT_CU_FILE_SUCCESS;
+	return 0;
+}
+
+static void gds_fini(struct tt_file_path *fp)
+{
+	for (struct fp_worker &w : fp->w)
+		for (struct fp_chunk &c : w.chunks)
+			if (c.registered) {
+				cf.buf_deregister(c.dev);
+				c.registered = 0;
+			}
+}
+
+static int gds_txn_open(struct fp_txn *t)
+{
+	for (uint32_t m = 0; m < t->geo.n_members; m++) {
+		struct tt_cufile_descr d;
+		struct tt_cufile_error e;
+
+		memset(&d, 0, sizeof(d));
+		d.type = TT_CU_FILE_HANDLE_TYPE_OPAQUE_FD;
+		d.handle.fd = t->fds[m];
+		e = cf.handle_register(&t->fh[m], &d);
+		if (e.err != TT_CU_FILE_SUCCESS) {
+			while (m--)
+				cf.handle_deregister(t->fh[m]);
+			return tt_seterr(-EIO, "cuFileHandleRegister (member %u): cuFile error %d",
+					 m, e.err);
+		}
+	}
+	return 0;
+}
+
+static void gds_txn_close(struct fp_txn *t)
+{
+	for (uint32_t m = 0; m < t->geo.n_members; m++)
+		cf.handle_deregister(t->fh[m]);
+}
+
+static int gds_io(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j, int write)
+{
+	uint64_t done = 0;
+
+	while (done < j->len) {
+		ssize_t r = write ? cf.write(t->fh[j->member], c->dev, j->len - done,
+					     (off_t)(j->off + done), (off_t)done)
+				  : cf.read(t->fh[j->member], c->dev, j->len - done,
+					    (off_t)(j->off + done), (off_t)done);
+
+		if (r <= 0)
+			return r == -1 && errno ? -errno : -EIO;
+		done += (uint64_t)r;
+	}
+	return 0;
+}
+
+static int gds_get(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j)
+{
+	return gds_io(t, c, j, 0);
+}
+
+static int gds_put(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j)
+{
+	return gds_io(t, c, j, 1);
+}
+
+static const struct fp_backend gds_backend = {
+	.name = "gds",
+	.host_chunks = 0,
+	.init = gds_init,
+	.fini = gds_fini,
+	.txn_open = gds_txn_open,
+	.txn_close = gds_txn_close,
+	.get = gds_get,
+	.to_dev = nullptr,
+	.from_dev = nullptr,
+	.put = gds_put,
+};
+
+int tt_gds_open(const struct tt_file_path_params *p, struct tt_file_path **out)
+{
+	std::call_once(cf_once, cf_load);
+	if (cf_state < 0)
+		return tt_seterr(cf_state, "%s", cf_why);
+	return fp_open(p, &gds_backend, nullptr, out);
+}
+
+const struct tt_devpath_ops tt_gds_ops = {
+	.name = "gds",
+	.begin = fp_begin,
+	.layer = fp_layer,
+	.order = fp_order,
+	.wait = fp_wait,
+	.collect = fp_collect,
+	.end = fp_end,
+	.flush = nullptr,	// compat mode writes with pwrite; GDS by DMA: fdatasync covers both
+};

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// gds_abi_check.cu - compile-time check of src/gpu/cufile_min.h against
+// the real cufile.h, where one is installed (CUDA toolkit, or the pip
+// package nvidia-cufile: nvcc -I.../site-packages/nvidia/cufile/include).
+// Without cufile.h this file compiles to nothing.
+#if __has_include(<cufile.h>)
+#include <cstddef>
+#include <cufile.h>
+
+#include "../src/gpu/cufile_min.h"
+
+static_assert(sizeof(CUfileError_t) == sizeof(struct tt_cufile_error), "CUfileError_t");
+static_assert(offsetof(CUfileError_t, err) == offsetof(struct tt_cufile_error, err), "err");
+static_assert(offsetof(CUfileError_t, cu_err) == offsetof(struct tt_cufile_error, cu_err), "cu_err");
+static_assert(sizeof(CUfileDescr_t) == sizeof(struct tt_cufile_descr), "CUfileDescr_t");
+static_assert(offsetof(CUfileDescr_t, type) == offsetof(struct tt_cufile_descr, type), "type");
+static_assert(offsetof(CUfileDescr_t, handle) == offsetof(struct tt_cufile_descr, handle), "handle");
+static_assert(offsetof(CUfileDescr_t, fs_ops) == offsetof(struct tt_cufile_descr, fs_ops), "fs_ops");
+static_assert(CU_FILE_SUCCESS == TT_CU_FILE_SUCCESS, "CU_FILE_SUCCESS");
+static_assert(CU_FILE_HANDLE_TYPE_OPAQUE_FD == TT_CU_FILE_HANDLE_TYPE_OPAQUE_FD, "OPAQUE_FD");
+
+// The function types dlsym'd must match the real prototypes.
+static struct tt_cufile_api api;
+static_assert(sizeof(cuFileRead(nullptr, nullptr, 0, 0, 0)) ==
+	      sizeof(api.read(nullptr, nullptr, 0, 0, 0)), "cuFileRead");
+static_assert(sizeof(cuFileBufRegister(nullptr, 0, 0)) ==
+	      sizeof(api.buf_register(nullptr, 0, 0)), "cuFileBufRegister");
+
+int tt_gds_abi_checked(void)
+{
+	return 1;
+}
+#endif
