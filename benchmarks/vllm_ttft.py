@@ -22,12 +22,12 @@ import platform
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from tutti.bench import cpu_model, drop_page_cache, replace_section
+from tutti.vllm.runner import RunnerFailed, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "vLLM: TTFT with a shared prefix (CPU)"
@@ -35,23 +35,11 @@ BLOCK = 128
 
 
 def run(tmp, name, spec):
-    work = os.path.join(tmp, name)
-    os.makedirs(work, exist_ok=True)
-    spec = dict(spec, stats_dir=os.path.join(work, "stats"))
-    sp, op = os.path.join(work, "spec.json"), os.path.join(work, "out.json")
-    with open(sp, "w") as f:
-        json.dump(spec, f)
-    env = dict(os.environ, VLLM_CACHE_ROOT=os.path.join(tmp, "vllm-cache"),
-               VLLM_RPC_BASE_PATH=os.path.join(tmp, "rpc"), TOKENIZERS_PARALLELISM="false")
-    os.makedirs(env["VLLM_RPC_BASE_PATH"], exist_ok=True)
     print(f"vllm_ttft: {name} ...", file=sys.stderr, flush=True)
-    p = subprocess.run([sys.executable, "-m", "tutti.vllm.runner", sp, op], env=env,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stdout[-5000:])
-        raise SystemExit(f"vllm_ttft: run {name} failed ({p.returncode})")
-    with open(op) as f:
-        res = json.load(f)
+    try:
+        res = launch(tmp, name, spec)
+    except RunnerFailed as e:
+        raise SystemExit(f"vllm_ttft: {e}") from None
     print(f"vllm_ttft: {name}: TTFT {[round(t, 3) for t in res['ttft_s']]}", file=sys.stderr)
     return res
 

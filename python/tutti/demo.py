@@ -15,32 +15,19 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from .vllm.runner import RunnerFailed, launch
 
 BLOCK = 128
 
 
 def _run(work, name, spec):
-    os.makedirs(os.path.join(work, name), exist_ok=True)
-    spec = dict(spec, stats_dir=os.path.join(work, name, "stats"))
-    sp, op, lp = (os.path.join(work, name, f) for f in ("spec.json", "out.json", "log.txt"))
-    with open(sp, "w") as f:
-        json.dump(spec, f)
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-    env.setdefault("VLLM_CACHE_ROOT", os.path.join(work, "vllm-cache"))
-    env.setdefault("VLLM_RPC_BASE_PATH", os.path.join(work, "vllm-rpc"))
-    os.makedirs(env["VLLM_RPC_BASE_PATH"], exist_ok=True)
-    with open(lp, "w") as log:
-        rc = subprocess.call([sys.executable, "-m", "tutti.vllm.runner", sp, op], env=env,
-                             stdout=log, stderr=subprocess.STDOUT)
-    if rc != 0:
-        with open(lp) as f:
-            tail = f.read()[-3000:]
-        raise SystemExit(f"tutti.demo: the {name} run failed (exit {rc}); log {lp}:\n{tail}")
-    with open(op) as f:
-        return json.load(f)
+    try:
+        return launch(work, name, spec)
+    except RunnerFailed as e:
+        raise SystemExit(f"tutti.demo: {e}") from None
 
 
 def main(argv=None):

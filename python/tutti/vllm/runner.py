@@ -14,9 +14,47 @@ import glob
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
+
+
+class RunnerFailed(RuntimeError):
+    """The engine process exited non-zero; ``log`` holds its output."""
+
+    def __init__(self, name, rc, log, log_path):
+        super().__init__(f"the {name} run failed (exit {rc}); log {log_path}, tail:\n{log[-4000:]}")
+        self.rc, self.log, self.log_path = rc, log, log_path
+
+
+def launch(work, name, spec, *, env_extra=None, timeout=None):
+    """Run one engine in a fresh process under WORK/NAME and return its result.
+
+    The demo, the TTFT benchmark and the tests all start engines this way, so
+    nothing but the store survives between two runs.  Spec, result, stats and
+    the full log (log.txt) are kept in WORK/NAME; vLLM's caches and RPC
+    sockets go under WORK so runs never touch the user's ~/.cache.
+    """
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    spec = dict(spec, stats_dir=os.path.join(d, "stats"))
+    sp, op, lp = (os.path.join(d, f) for f in ("spec.json", "out.json", "log.txt"))
+    with open(sp, "w") as f:
+        json.dump(spec, f)
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    env.setdefault("VLLM_CACHE_ROOT", os.path.join(work, "vllm-cache"))
+    env.setdefault("VLLM_RPC_BASE_PATH", os.path.join(work, "vllm-rpc"))
+    env.update(env_extra or {})
+    os.makedirs(env["VLLM_RPC_BASE_PATH"], exist_ok=True)
+    with open(lp, "w") as log:
+        rc = subprocess.call([sys.executable, "-m", "tutti.vllm.runner", sp, op], env=env,
+                             stdout=log, stderr=subprocess.STDOUT, timeout=timeout)
+    if rc != 0:
+        with open(lp, errors="replace") as f:
+            raise RunnerFailed(name, rc, f.read(), lp)
+    with open(op) as f:
+        return json.load(f)
 
 
 def _stats_totals(stats_dir):
