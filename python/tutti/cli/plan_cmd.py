@@ -1,0 +1,185 @@
+"""tutti-admin plan: predicted TTFT of SSD-backed prefill vs recompute and HBM, from a profile or FLOPs."""
+from __future__ import annotations
+
+import re
+
+import click
+
+from .app import main
+from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, make_console
+
+# H200 SXM datasheet: 989 dense BF16 TFLOP/s, 4.8 TB/s HBM3e.  Used only without --profile.
+H200_TFLOPS = 989.0
+H200_HBM_GBPS = 4800.0
+
+_TOKENS_RE = re.compile(r"^\s*([0-9]+)\s*([kKmM]?)\s*$")
+
+
+def parse_tokens(text: str) -> list[int]:
+    """'32K,64K,128K' -> [32768, 65536, 131072] (K = 1024 tokens, M = 1024 K)."""
+    out = []
+    for part in text.split(","):
+        m = _TOKENS_RE.match(part)
+        if not m:
+            raise click.BadParameter(f"{part.strip()!r} is not a token count: use e.g. 32768, 32K, 1M")
+        n = int(m.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[m.group(2).lower()]
+        if n < 1:
+            raise click.BadParameter(f"token count must be >= 1, got {part.strip()!r}")
+        out.append(n)
+    return out
+
+
+def parse_rates(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        try:
+            v = float(part.rstrip("% ")) / (100 if part.strip().endswith("%") else 1)
+        except ValueError:
+            raise click.BadParameter(f"{part.strip()!r} is not a hit rate: use e.g. 0.9 or 90%") from None
+        if not 0.0 <= v <= 1.0:
+            raise click.BadParameter(f"hit rate {part.strip()!r} is not in [0, 1]")
+        out.append(v)
+    return out
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:.1f}"
+
+
+def _pct(v: float | None) -> str:
+    return "never" if v is None else f"{v * 100:.1f}%"
+
+
+def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], depth: int) -> list[dict]:
+    from ..sched import crossover_hit_rate, loading_stops_paying, predict  # noqa: PLC0415
+
+    out = []
+    for t in tokens:
+        rows = [predict(shape, hw, profile, t, h, depth) for h in hit_rates]
+        cross = crossover_hit_rate(shape, hw, profile, t)
+        out.append({"tokens": t, "recompute_ttft_s": shape.n_layers * profile.layer_time(t, 0),
+                    "crossover_hit_rate": cross,
+                    "loading_stops_paying_hit_rate": loading_stops_paying(shape, hw, profile, t, depth),
+                    "rows": [r.to_dict() for r in rows]})
+    return out
+
+
+@main.command("plan", epilog=EXIT_CODES)
+@click.option("--model", "model_name", metavar="NAME",
+              help="model shape preset (llama3-8b, llama3-70b, mistral-7b, qwen2.5-7b, qwen2.5-32b); "
+                   "compute time from FLOPs (--tflops, --mfu, --hbm-gbps)")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
+              help="profile table from `tutti-admin profile`: the model's shape and measured layer times")
+@click.option("--ssd-gbps", type=float, help="read rate of one SSD, GB/s (default: the profile's io, else 7)")
+@click.option("--ssd-write-gbps", type=float, help="write rate of one SSD, GB/s (default: the read rate)")
+@click.option("--n-ssd", type=int, help="SSDs the store is striped over (default: the profile's io, else 4)")
+@click.option("--pcie-gbps", type=float, help="cap of the link between the SSDs and the GPU, GB/s (default: none)")
+@click.option("--tokens", "tokens_text", default="32K,64K,128K", show_default=True, help="prompt lengths")
+@click.option("--hit-rates", "rates_text", default="0.5,0.75,0.9,1.0", show_default=True,
+              help="fractions of each prompt stored in Tutti")
+@click.option("--prefetch-depth", type=click.IntRange(min=1), default=2, show_default=True,
+              help="layers a read may run ahead of compute")
+@click.option("--tflops", type=float, default=H200_TFLOPS, show_default=True,
+              help="peak dense TFLOP/s for the FLOP model (H200 BF16)")
+@click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True,
+              help="fraction of --tflops a prefill achieves (an assumption: measure with a profile)")
+@click.option("--hbm-gbps", type=float, default=H200_HBM_GBPS, show_default=True, help="HBM bandwidth, GB/s")
+@_json_opt
+def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbps, tokens_text, rates_text,
+             prefetch_depth, tflops, mfu, hbm_gbps, as_json):
+    """Predict TTFT of SSD-backed prefill: recompute vs all-in-HBM vs Tutti.
+
+    For each prompt length and hit rate: the TTFT when every token is
+    recomputed, when the stored prefix is already in HBM (compute only), and
+    with Tutti (prefix loaded layer by layer, overlapped with compute), the
+    bubble (TTFT - compute: the GPU waiting for KV), and how much of the new
+    KV's write fits into I/O slack during prefill (the rest is deferred to
+    decode).  Per length: the crossover hit rate above which loading a layer
+    takes longer than computing it (bubbles open), and the hit rate at which
+    loading stops paying against recompute.  Equations: docs/scheduler.md.
+
+    Needs --model or --profile.  Runs anywhere: no GPU, no torch.
+    """
+    from ..sched import PRESETS, ComputeProfile, Hardware, ProfileError  # noqa: PLC0415
+
+    if bool(model_name) == bool(profile_path):
+        raise CliError("give exactly one of --model NAME and --profile TABLE.json", EXIT_USAGE)
+    try:
+        tokens = parse_tokens(tokens_text)
+        rates = parse_rates(rates_text)
+    except click.BadParameter as e:
+        raise CliError(e.message, EXIT_USAGE) from None
+    if profile_path:
+        try:
+            profile = ComputeProfile.from_json(profile_path)
+        except ProfileError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
+        shape = profile.shape
+    else:
+        shape = PRESETS.get(model_name.lower())
+        if shape is None:
+            raise CliError(f"unknown model {model_name!r}: one of {', '.join(PRESETS)} (or --profile)", EXIT_USAGE)
+        for name, v in (("--tflops", tflops), ("--hbm-gbps", hbm_gbps)):
+            if not v > 0:
+                raise CliError(f"{name} must be > 0, got {v}", EXIT_USAGE)
+        profile = ComputeProfile.analytic(shape, tflops * mfu, hbm_gbps)
+    io = profile.io or {}
+    if ssd_gbps is None:
+        ssd_gbps = io["read_gbps"] / io["n_ssd"] if io else 7.0
+    if ssd_write_gbps is None:
+        ssd_write_gbps = io["write_gbps"] / io["n_ssd"] if io else ssd_gbps
+    if n_ssd is None:
+        n_ssd = io.get("n_ssd", 4)
+    try:
+        hw = Hardware.per_ssd(ssd_gbps, n_ssd, ssd_write_gbps, pcie_gbps)
+    except ValueError as e:
+        raise CliError(str(e).removeprefix("hardware: "), EXIT_USAGE) from None
+
+    lengths = plan_lengths(shape, hw, profile, tokens, rates, prefetch_depth)
+    if as_json:
+        _emit_json({"model": {**shape.to_dict(), "name": shape.name},
+                    "hardware": {"read_gbps": hw.read_gbps, "write_gbps": hw.write_gbps, "n_ssd": hw.n_ssd,
+                                 "pcie_gbps": hw.pcie_gbps, "effective_read_gbps": hw.read_bps / 1e9,
+                                 "effective_write_gbps": hw.write_bps / 1e9},
+                    "compute": profile.describe(), "prefetch_depth": prefetch_depth, "lengths": lengths})
+        return
+    print_plan(shape, hw, profile, lengths, prefetch_depth)
+
+
+def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
+    from rich.table import Table  # noqa: PLC0415
+
+    con = make_console()
+    link = f", link {hw.pcie_gbps:g} GB/s" if hw.pcie_gbps else ""
+    con.print(f"model {shape.name or '(profile)'}: {shape.n_layers} layers, "
+              f"{shape.kv_bytes_per_token_layer * shape.n_layers / 1024:.0f} KiB KV per token; "
+              f"SSDs: {hw.n_ssd} x {hw.read_gbps / hw.n_ssd:g} GB/s read, {hw.write_gbps / hw.n_ssd:g} GB/s write"
+              f"{link} -> {hw.read_bps / 1e9:g} GB/s read; prefetch depth {depth}")
+    d = profile.describe()
+    line = f"compute: {d['source']}"
+    if profile.points:
+        line += (f" on {d['device']} ({d['date']}): {d['points']} points, fit error rms "
+                 f"{d['rms_rel_err'] * 100:.1f}% max {d['max_rel_err'] * 100:.1f}%")
+    con.print(line)
+    t = Table(title="Prefill TTFT (ms)")
+    for col in ("tokens", "hit", "recompute", "in HBM", "Tutti", "bubble", "speedup", "writes in slack",
+                "deferred"):
+        t.add_column(col, justify="right")
+    for ln in lengths:
+        for i, r in enumerate(ln["rows"]):
+            slack = (f"{r['write_in_slack_s'] / r['write_s'] * 100:.0f}% of {_ms(r['write_s'])}"
+                     if r["write_s"] > 0 else "-")
+            deferred = f"{r['deferred_write_bytes'] / 2**20:.1f} MiB" if r["deferred_write_bytes"] else "-"
+            t.add_row(f"{ln['tokens']}" if i == 0 else "", f"{r['hit_rate'] * 100:.0f}%", _ms(r["recompute_ttft_s"]),
+                      _ms(r["hbm_ttft_s"]), _ms(r["ttft_s"]), _ms(r["bubble_s"]), f"{r['speedup']:.2f}x", slack,
+                      deferred, end_section=i == len(ln["rows"]) - 1)
+    con.print(t)
+    s = Table(title="Per length")
+    for col in ("tokens", "recompute (ms)", "crossover hit rate", "loading stops paying at"):
+        s.add_column(col, justify="right")
+    for ln in lengths:
+        s.add_row(str(ln["tokens"]), _ms(ln["recompute_ttft_s"]), _pct(ln["crossover_hit_rate"]),
+                  _pct(ln["loading_stops_paying_hit_rate"]))
+    con.print(s)
+    con.print("crossover: above it a layer's load outlasts its compute and bubbles open between layers; "
+              "bubble = TTFT - compute (includes the first layer's load)")

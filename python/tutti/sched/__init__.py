@@ -1,0 +1,19 @@
+"""Planning a prefill that reloads its prefix from SSD: the profile table, the analytic model, the scheduler.
+
+Pure Python (no GPU, no torch): ``tutti-admin plan`` and tests run it anywhere; the prefill
+harness uses SlackScheduler / ScheduleState at run time.  Equations and rules: docs/scheduler.md.
+"""
+from .model import (
+    LLAMA3_8B, LLAMA3_70B, PRESETS, Hardware, ModelShape, Prediction, TokenSplit, best_load_blocks,
+    crossover_hit_rate, loading_stops_paying, predict,
+)
+from .pipeline import Timeline, place_writes, simulate_pipeline
+from .profile import ComputePoint, ComputeProfile, LayerFit, ProfileError, fit_layer_time
+from .scheduler import IoOp, PrefillPlan, ScheduleState, SlackScheduler
+
+__all__ = [
+    "LLAMA3_8B", "LLAMA3_70B", "PRESETS", "Hardware", "ModelShape", "Prediction", "TokenSplit", "best_load_blocks",
+    "crossover_hit_rate", "loading_stops_paying", "predict", "Timeline", "place_writes", "simulate_pipeline",
+    "ComputePoint", "ComputeProfile", "LayerFit", "ProfileError", "fit_layer_time", "IoOp", "PrefillPlan",
+    "ScheduleState", "SlackScheduler",
+]
