@@ -12,6 +12,7 @@ from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, mak
 H200_TFLOPS = 989.0
 H200_HBM_GBPS = 4800.0
 
+_POSITIVE = click.FloatRange(min=0, min_open=True)
 _TOKENS_RE = re.compile(r"^\s*([0-9]+)\s*([kKmM]?)\s*$")
 
 
@@ -70,20 +71,21 @@ def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], 
                    "compute time from FLOPs (--tflops, --mfu, --hbm-gbps)")
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
               help="profile table from `tutti-admin profile`: the model's shape and measured layer times")
-@click.option("--ssd-gbps", type=float, help="read rate of one SSD, GB/s (default: the profile's io, else 7)")
-@click.option("--ssd-write-gbps", type=float, help="write rate of one SSD, GB/s (default: the read rate)")
-@click.option("--n-ssd", type=int, help="SSDs the store is striped over (default: the profile's io, else 4)")
-@click.option("--pcie-gbps", type=float, help="cap of the link between the SSDs and the GPU, GB/s (default: none)")
+@click.option("--ssd-gbps", type=_POSITIVE, help="read rate of one SSD, GB/s (default: the profile's io, else 7)")
+@click.option("--ssd-write-gbps", type=_POSITIVE, help="write rate of one SSD, GB/s (default: the read rate)")
+@click.option("--n-ssd", type=click.IntRange(min=1),
+              help="SSDs the store is striped over (default: the profile's io, else 4)")
+@click.option("--pcie-gbps", type=_POSITIVE, help="cap of the link between the SSDs and the GPU, GB/s (default: none)")
 @click.option("--tokens", "tokens_text", default="32K,64K,128K", show_default=True, help="prompt lengths")
 @click.option("--hit-rates", "rates_text", default="0.5,0.75,0.9,1.0", show_default=True,
               help="fractions of each prompt stored in Tutti")
 @click.option("--prefetch-depth", type=click.IntRange(min=1), default=2, show_default=True,
               help="layers a read may run ahead of compute")
-@click.option("--tflops", type=float, default=H200_TFLOPS, show_default=True,
+@click.option("--tflops", type=_POSITIVE, default=H200_TFLOPS, show_default=True,
               help="peak dense TFLOP/s for the FLOP model (H200 BF16)")
 @click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True,
               help="fraction of --tflops a prefill achieves (an assumption: measure with a profile)")
-@click.option("--hbm-gbps", type=float, default=H200_HBM_GBPS, show_default=True, help="HBM bandwidth, GB/s")
+@click.option("--hbm-gbps", type=_POSITIVE, default=H200_HBM_GBPS, show_default=True, help="HBM bandwidth, GB/s")
 @_json_opt
 def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbps, tokens_text, rates_text,
              prefetch_depth, tflops, mfu, hbm_gbps, as_json):
@@ -119,9 +121,6 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
         shape = PRESETS.get(model_name.lower())
         if shape is None:
             raise CliError(f"unknown model {model_name!r}: one of {', '.join(PRESETS)} (or --profile)", EXIT_USAGE)
-        for name, v in (("--tflops", tflops), ("--hbm-gbps", hbm_gbps)):
-            if not v > 0:
-                raise CliError(f"{name} must be > 0, got {v}", EXIT_USAGE)
         profile = ComputeProfile.analytic(shape, tflops * mfu, hbm_gbps)
     io = profile.io or {}
     if ssd_gbps is None:
@@ -130,10 +129,7 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
         ssd_write_gbps = io["write_gbps"] / io["n_ssd"] if io else ssd_gbps
     if n_ssd is None:
         n_ssd = io.get("n_ssd", 4)
-    try:
-        hw = Hardware.per_ssd(ssd_gbps, n_ssd, ssd_write_gbps, pcie_gbps)
-    except ValueError as e:
-        raise CliError(str(e).removeprefix("hardware: "), EXIT_USAGE) from None
+    hw = Hardware.per_ssd(ssd_gbps, n_ssd, ssd_write_gbps, pcie_gbps)
 
     lengths = plan_lengths(shape, hw, profile, tokens, rates, prefetch_depth)
     if as_json:
