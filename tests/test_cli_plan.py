@@ -49,6 +49,16 @@ def test_plan_json_agrees_with_the_model():
         assert row["recompute_ttft_s"] == pytest.approx(ln["recompute_ttft_s"])
         assert row["write_in_slack_s"] + row["deferred_write_bytes"] / hw.write_bps == pytest.approx(row["write_s"])
     assert ln["rows"][0]["ttft_s"] == pytest.approx(ln["recompute_ttft_s"])  # no hit: recompute
+    for row in ln["rows"]:  # loading less than the hit is never predicted slower than loading it all
+        assert row["best_ttft_s"] <= row["ttft_s"] and row["best_load_tokens"] <= row["load_tokens"]
+
+
+def test_plan_best_load_beats_full_load_when_io_bound():
+    d = json.loads(run(["plan", "--model", "llama3-8b", "--ssd-gbps", "1", "--n-ssd", "1", "--tokens", "32K",
+                        "--hit-rates", "1.0", "--json"]).output)
+    (row,) = d["lengths"][0]["rows"]
+    assert row["best_load_tokens"] < row["load_tokens"] and row["best_ttft_s"] < 0.9 * row["ttft_s"]
+    assert d["lengths"][0]["loading_stops_paying_hit_rate"] is not None
 
 
 def test_plan_from_profile_uses_its_shape_and_io(tmp_path):

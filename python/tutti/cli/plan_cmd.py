@@ -52,16 +52,23 @@ def _pct(v: float | None) -> str:
 
 
 def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], depth: int) -> list[dict]:
-    from ..sched import crossover_hit_rate, loading_stops_paying, predict  # noqa: PLC0415
+    from ..sched import best_load_blocks, crossover_hit_rate, loading_stops_paying, predict  # noqa: PLC0415
 
     out = []
     for t in tokens:
-        rows = [predict(shape, hw, profile, t, h, depth) for h in hit_rates]
+        rows = []
+        for h in hit_rates:
+            r = predict(shape, hw, profile, t, h, depth).to_dict()
+            # Loading only part of the hit (the rest recomputed) when the pipeline is I/O-bound.
+            k = best_load_blocks(shape, hw, profile, t, r["hit_tokens"], depth)
+            best = predict(shape, hw, profile, t, h, depth, hit_tokens=r["hit_tokens"], load_blocks=k)
+            r.update(best_load_tokens=best.load_tokens, best_ttft_s=best.ttft_s)
+            rows.append(r)
         cross = crossover_hit_rate(shape, hw, profile, t)
         out.append({"tokens": t, "recompute_ttft_s": shape.n_layers * profile.layer_time(t, 0),
                     "crossover_hit_rate": cross,
                     "loading_stops_paying_hit_rate": loading_stops_paying(shape, hw, profile, t, depth),
-                    "rows": [r.to_dict() for r in rows]})
+                    "rows": rows})
     return out
 
 
@@ -158,16 +165,18 @@ def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
                  f"{d['rms_rel_err'] * 100:.1f}% max {d['max_rel_err'] * 100:.1f}%")
     con.print(line)
     t = Table(title="Prefill TTFT (ms)")
-    for col in ("tokens", "hit", "recompute", "in HBM", "Tutti", "bubble", "speedup", "writes in slack",
-                "deferred"):
+    for col in ("tokens", "hit", "recompute", "in HBM", "Tutti", "bubble", "speedup", "best load (loaded)",
+                "writes in slack", "deferred to decode"):
         t.add_column(col, justify="right")
     for ln in lengths:
         for i, r in enumerate(ln["rows"]):
             slack = (f"{r['write_in_slack_s'] / r['write_s'] * 100:.0f}% of {_ms(r['write_s'])}"
                      if r["write_s"] > 0 else "-")
             deferred = f"{r['deferred_write_bytes'] / 2**20:.1f} MiB" if r["deferred_write_bytes"] else "-"
+            best = ("same" if r["best_load_tokens"] == r["load_tokens"] else
+                    f"{_ms(r['best_ttft_s'])} ({r['best_load_tokens'] / r['total_tokens'] * 100:.0f}%)")
             t.add_row(f"{ln['tokens']}" if i == 0 else "", f"{r['hit_rate'] * 100:.0f}%", _ms(r["recompute_ttft_s"]),
-                      _ms(r["hbm_ttft_s"]), _ms(r["ttft_s"]), _ms(r["bubble_s"]), f"{r['speedup']:.2f}x", slack,
+                      _ms(r["hbm_ttft_s"]), _ms(r["ttft_s"]), _ms(r["bubble_s"]), f"{r['speedup']:.2f}x", best, slack,
                       deferred, end_section=i == len(ln["rows"]) - 1)
     con.print(t)
     s = Table(title="Per length")
@@ -177,5 +186,5 @@ def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
         s.add_row(str(ln["tokens"]), _ms(ln["recompute_ttft_s"]), _pct(ln["crossover_hit_rate"]),
                   _pct(ln["loading_stops_paying_hit_rate"]))
     con.print(s)
-    con.print("crossover: above it a layer's load outlasts its compute and bubbles open between layers; "
-              "bubble = TTFT - compute (includes the first layer's load)")
+    con.print("bubble = TTFT - compute (includes the first layer's load); best load: load only that much of the "
+              "prompt, recompute the rest of the hit; crossover: above it a layer's load outlasts its compute")
