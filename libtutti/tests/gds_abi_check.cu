@@ -6,6 +6,7 @@
 // Without cufile.h this file compiles to nothing.
 #if __has_include(<cufile.h>)
 #include <cstddef>
+#include <type_traits>
 #include <cufile.h>
 
 #include "../src/gpu/cufile_min.h"
@@ -20,12 +21,11 @@ static_assert(offsetof(CUfileDescr_t, fs_ops) == offsetof(struct tt_cufile_descr
 static_assert(CU_FILE_SUCCESS == TT_CU_FILE_SUCCESS, "CU_FILE_SUCCESS");
 static_assert(CU_FILE_HANDLE_TYPE_OPAQUE_FD == TT_CU_FILE_HANDLE_TYPE_OPAQUE_FD, "OPAQUE_FD");
 
-// The function types dlsym'd must match the real prototypes.
-static struct tt_cufile_api api;
-static_assert(sizeof(cuFileRead(nullptr, nullptr, 0, 0, 0)) ==
-	      sizeof(api.read(nullptr, nullptr, 0, 0, 0)), "cuFileRead");
-static_assert(sizeof(cuFileBufRegister(nullptr, 0, 0)) ==
-	      sizeof(api.buf_register(nullptr, 0, 0)), "cuFileBufRegister");
+// The functions dlsym'd have the prototypes the real header gives them.
+static_assert(std::is_same<decltype(&cuFileRead), decltype(tt_cufile_api::read)>::value, "cuFileRead");
+static_assert(std::is_same<decltype(&cuFileWrite), decltype(tt_cufile_api::write)>::value, "cuFileWrite");
+static_assert(std::is_same<decltype(&cuFileHandleDeregister),
+			   decltype(tt_cufile_api::handle_deregister)>::value, "cuFileHandleDeregister");
 
 int tt_gds_abi_checked(void)
 {

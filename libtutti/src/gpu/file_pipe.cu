@@ -22,6 +22,8 @@
 #include "file_pipe.cuh"
 
 #define FP_THREADS	256
+// Waiting threads sleep: a spinning one would take a core from the preads.
+#define FP_EVENT	(cudaEventDisableTiming | cudaEventBlockingSync)
 
 struct fp_move {
 	const uint32_t *tags;
@@ -275,7 +277,7 @@ static int fp_alloc(struct tt_file_path *fp)
 		w.chunks.resize(fp->depth);
 		for (struct fp_chunk &c : w.chunks) {
 			c = {};
-			if (cudaEventCreateWithFlags(&c.ev, cudaEventDisableTiming) != cudaSuccess ||
+			if (cudaEventCreateWithFlags(&c.ev, FP_EVENT) != cudaSuccess ||
 			    cudaMalloc(&c.dev, fp->chunk_bytes) != cudaSuccess)
 				return -ENOMEM;
 			if (fp->be->host_chunks &&
@@ -475,7 +477,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 		ly->jobs = t->jobs.data() + ly->next_job.load();
 		ly->next_job = 0;
 		ly->tags = &t->tags[(size_t)l * t->n * S];
-		if (cudaEventCreateWithFlags(&ly->ev, cudaEventDisableTiming) != cudaSuccess) {
+		if (cudaEventCreateWithFlags(&ly->ev, FP_EVENT) != cudaSuccess) {
 			txn_free(t);
 			return tt_seterr(-EIO, "%s path: cudaEventCreate failed", fp->be->name);
 		}

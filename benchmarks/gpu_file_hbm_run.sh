@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On the GPU machine: build libtutti_gpu.so, test_gpu_staged and gpu_file_hbm,
+# check cufile_min.h against a real cufile.h if one is there, run the test,
+# then the benchmark within what is left of BUDGET seconds. Results: $OUT.
+#   OUT=build/h200/out BUDGET=330 benchmarks/gpu_file_hbm_run.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+OUT=${OUT:-build/gpu/out}
+BUDGET=${BUDGET:-330}
+B=build/h200
+mkdir -p "$B" "$OUT"
+D=
+[ -d .h200/root ] && ! [ -e /usr/include/liburing.h ] && D=.h200/root
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; free -g | head -2
+  df -hT . /dev/shm; grep -iE '"allow_compat_mode"|"use_poll_mode"' /etc/cufile.json; } >"$OUT/machine.txt" 2>&1
+make -s -j"$(nproc)" BUILD=$B ${D:+DEPS_ROOT=$D} gpu-lib >"$OUT/build.log" 2>&1 ||
+	{ tail -40 "$OUT/build.log"; exit 1; }
+F="-std=c++17 -arch=sm_90 -O2 -Ilibtutti/include -Ilibtutti/tests -Xcompiler -Wall,-Werror -Werror all-warnings"
+LK="-L$B -ltutti_gpu -Xlinker -rpath=$PWD/$B"
+nvcc $F libtutti/tests/test_gpu_staged.cu -o $B/test_gpu_staged $LK >>"$OUT/build.log" 2>&1 &
+p1=$!
+nvcc $F benchmarks/gpu_file_hbm.cu -o $B/gpu_file_hbm $LK >>"$OUT/build.log" 2>&1 &
+p2=$!
+CFI=
+for d in /usr/local/cuda/include $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+	for c in "$d/cufile.h" "$d/nvidia/cufile/include/cufile.h"; do [ -f "$c" ] && CFI=$(dirname "$c") && break 2; done
+done
+if [ -n "$CFI" ]; then
+	nvcc $F -I"$CFI" -c libtutti/tests/gds_abi_check.cu -o $B/gds_abi_check.o >"$OUT/abi.log" 2>&1 &&
+		echo "cufile_min.h matches $CFI/cufile.h" >>"$OUT/abi.log" || echo "ABI CHECK FAILED" >>"$OUT/abi.log"
+else
+	echo "no cufile.h found: ABI check not run" >"$OUT/abi.log"
+fi
+wait $p1 && wait $p2 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - T0 )) s" | tee -a "$OUT/build.log"
+timeout 120 $B/test_gpu_staged >"$OUT/test_gpu_staged.log" 2>&1
+echo "test_gpu_staged exit $?" | tee -a "$OUT/test_gpu_staged.log"
+grep -E "^not ok|^1\.\.|Bail" "$OUT/test_gpu_staged.log"
+LEFT=$(( BUDGET - ($(date +%s) - T0) ))
+PYTHONUNBUFFERED=1 python3 benchmarks/gpu_file_hbm.py run --bin $B/gpu_file_hbm --out "$OUT/gpu_file_hbm.json" \
+	--disk-dir $B/disk --budget $LEFT >"$OUT/bench.log" 2>&1
+echo "bench exit $? after $(( $(date +%s) - T0 )) s"
+tail -5 "$OUT/bench.log"
