@@ -126,11 +126,17 @@ def test_decode_budget():
     assert s.decode_budget(0.010) == 40_000_000
     assert s.decode_budget(0.010, read_busy_s=0.004) == 24_000_000
     assert s.decode_budget(0.010, read_busy_s=0.02) == 0
-    plan = s.plan_prefill(131072, 0)
-    steps = s.decode_write_steps(plan, 0.010)
+    # I/O-bound at 50% hit on one slow SSD: almost every layer's write is left for decode
+    slow = SlackScheduler(LLAMA3_8B, Hardware.per_ssd(2.5, 1), PROF["llama3-8b"])
+    plan = slow.plan_prefill(32768, 16384)
+    assert len(plan.deferred_writes) > 20
+    steps = slow.decode_write_steps(plan, 0.1)  # 250 MB per step, 64 MiB per layer: 3 layers a step
     assert [j for st in steps for j in st] == plan.deferred_writes
-    for st in steps:
-        assert len(st) == 1 or len(st) * plan.write_bytes_per_layer <= s.decode_budget(0.010)
+    assert all(len(st) * plan.write_bytes_per_layer <= slow.decode_budget(0.1) for st in steps)
+    assert [len(st) for st in steps[:-1]] == [3] * (len(steps) - 1)  # a step is full before the next opens
+    assert slow.decode_write_steps(plan, 0.01) == [[j] for j in plan.deferred_writes]  # a layer is never split
+    with pytest.raises(ValueError, match="no write budget"):
+        slow.decode_write_steps(plan, 0.010, read_busy_s=0.010)
 
 
 # ------------------------------------------------------------------ online state, simulated

@@ -144,10 +144,12 @@ class SlackScheduler:
     def decode_write_steps(self, plan: PrefillPlan, decode_step_s: float, read_busy_s: float = 0.0) -> list[list[int]]:
         """The deferred writes grouped per decode step within the budget (a layer larger than a step gets one alone)."""
         budget = self.decode_budget(decode_step_s, read_busy_s)
+        if budget == 0 and plan.deferred_writes:
+            raise ValueError("no write budget: the reads fill the whole decode step")
         steps: list[list[int]] = []
-        used = budget + 1
+        used = 0
         for j in plan.deferred_writes:
-            if used + plan.write_bytes_per_layer > budget or not steps:
+            if not steps or used + plan.write_bytes_per_layer > budget:
                 steps.append([])
                 used = 0
             steps[-1].append(j)
