@@ -174,6 +174,22 @@ int tt_store_lookup(struct tt_store *s, const uint8_t *keys, unsigned n,
 int tt_store_invalidate(struct tt_store *s, const int64_t *slots, unsigned n);
 
 /**
+ * tt_store_list() - committed slots in [@first, @first + @count) and their keys
+ * @s: store
+ * @first: first slot
+ * @count: number of slots (clamped to the store)
+ * @keys: out (may be NULL), keys of the first @cap committed slots found,
+ *        TT_KEY_BYTES each, back to back
+ * @slots: out (may be NULL), their slot numbers
+ * @cap: capacity of @keys and @slots in entries
+ *
+ * From the in-memory index: no I/O, LRU order untouched.
+ * Return: number of committed slots in the range (may exceed @cap).
+ */
+int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count,
+		  uint8_t *keys, int64_t *slots, unsigned cap);
+
+/**
  * tt_store_write_begin() - start storing blocks under @keys
  * @s: store (not read-only)
  * @keys: n keys, back to back
@@ -239,6 +255,30 @@ int tt_txn_finish(struct tt_txn *t, int32_t *status);
 
 /** tt_txn_abort() - drop a transaction: nothing of it is committed. */
 void tt_txn_abort(struct tt_txn *t);
+
+/**
+ * tt_txn_prepare() - make a write transaction's data durable, commit nothing
+ * @t: write transaction
+ * @status: out (may be NULL), per block: 0 durable (or already stored), or
+ *          -EIO / -ENODATA (a layer never submitted) as tt_txn_finish()
+ *
+ * Waits for every submitted layer and flushes the data; no record is
+ * written. tt_txn_finish() then commits the blocks whose status is 0 and
+ * that were not vetoed, without flushing the data again. For a commit across
+ * stores (one per tensor-parallel rank): every store prepares, the group
+ * agrees on which blocks are durable everywhere, then each commits those.
+ * Return: number of blocks ok, or a negative errno.
+ */
+int tt_txn_prepare(struct tt_txn *t, int32_t *status);
+
+/**
+ * tt_txn_veto() - block @i of a write transaction will not be committed
+ *
+ * Its slot is released at finish and its status is -ECANCELED; a block that
+ * was already stored (tt_txn_slot() present) stays stored.
+ * Return: 0, or -EINVAL (not a write transaction, @i out of range).
+ */
+int tt_txn_veto(struct tt_txn *t, unsigned i);
 
 /**
  * tt_store_put() - store one block held contiguously in @buf

@@ -44,6 +44,7 @@ struct tt_txn {
 	void *dp;			/* the path's handle */
 	int dp_live;			/* dp not ended yet */
 	int32_t *layer_ret;		/* bound: each layer's outcome */
+	int prepared;			/* write: data flushed by tt_txn_prepare */
 };
 
 static void txn_unlink(struct tt_txn *t)
@@ -532,7 +533,7 @@ static int finish_write(struct tt_txn *t)
 	for (unsigned i = 0; i < t->n; i++)
 		to_commit += !t->present[i] && !t->status[i];
 	/* Data durable before any record points at it. */
-	ret = to_commit ? txn_flush(t) : 0;
+	ret = to_commit && !t->prepared ? txn_flush(t) : 0;
 	for (unsigned i = 0; i < t->n; i++) {
 		const uint8_t *key = t->keys + (size_t)i * TT_KEY_BYTES;
 		uint64_t slot = (uint64_t)t->slot[i];
@@ -600,6 +601,45 @@ static int finish_read(struct tt_txn *t)
 	if (dropped && !(s->flags & TT_OPEN_RDONLY))
 		tt_slots_sync(s, 1);
 	return ok;
+}
+
+/*
+ * Two-phase commit across stores (one per tensor-parallel rank): each store
+ * makes its blocks' data durable, the group agrees, then each commits only the
+ * blocks every store holds durably (the others are vetoed).
+ */
+int tt_txn_prepare(struct tt_txn *t, int32_t *status)
+{
+	int ret = 0, ok = 0, to_flush = 0;
+
+	if (!t->write)
+		return tt_seterr(-EINVAL, "only a write transaction can be prepared");
+	txn_collect(t);
+	for (unsigned i = 0; i < t->n; i++)
+		to_flush += !t->present[i] && !t->status[i];
+	if (to_flush && !t->prepared)
+		ret = txn_flush(t);
+	t->prepared = 1;
+	for (unsigned i = 0; i < t->n; i++) {
+		if (ret && !t->present[i] && !t->status[i])
+			t->status[i] = ret;
+		ok += !t->status[i];
+	}
+	if (status)
+		memcpy(status, t->status, (size_t)t->n * sizeof(*status));
+	if (ret)
+		return tt_seterr(ret, "flushing the data failed: %s", strerror(-ret));
+	return ok;
+}
+
+int tt_txn_veto(struct tt_txn *t, unsigned i)
+{
+	if (!t->write || i >= t->n)
+		return tt_seterr(-EINVAL, "block %u is not in this write transaction", i);
+	/* A block stored before this transaction stays: it was never this one's. */
+	if (!t->present[i] && !t->status[i])
+		t->status[i] = -ECANCELED;
+	return 0;
 }
 
 int tt_txn_finish(struct tt_txn *t, int32_t *status)
