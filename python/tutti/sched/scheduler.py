@@ -160,14 +160,14 @@ class SlackScheduler:
 class ScheduleState:
     """The same rules, online: feed it events, ask it what to issue.
 
-    Harness loop (every method takes the current time ``now``, default time.monotonic()):
+    Harness loop; times are ``now`` (seconds, any origin) or the clock (default time.monotonic()):
 
         st = ScheduleState(plan)
-        issue(st.next_reads())                       # at start and after every event
-        ... on completion:  st.on_read_done(i) / st.on_write_done(j)
-        ... compute:        st.on_compute_start(i); st.on_compute_done(i)
-        issue(st.next_reads()); issue(st.next_writes())
-        deferred = st.finish()                        # after the last layer: writes for the decode phase
+        at the start and after every event (st.on_read_done(i), st.on_write_done(j), st.on_compute_done(i)):
+            if the compute engine is idle and st.can_compute(l): start l; st.on_compute_start(l)
+            issue(st.next_reads())             # after the compute start: it may allow a read
+            issue(st.next_writes())
+        deferred = st.finish()                  # after the last layer: writes for the decode phase
 
     next_reads() returns nothing while a write is in flight; next_writes() returns nothing while
     a read is in flight or allowed, and only writes that its estimate says end before the next
