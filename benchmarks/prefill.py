@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Layer-wise prefill benchmark (H200, emulated NVMe controller).
+
+  prefill.py run --out prefill_h200.json [--quick]
+      profile one layer (small grid) and the store's I/O, then TTFT of a Llama-3-8B-shaped
+      model (random bf16 weights) for 32K, 64K, 128K-token prompts: recompute vs prefix KV
+      already in HBM vs Tutti (prefix KV read layer by layer from the store through GPU-built
+      NVMe commands, overlapped with compute), and a fine hit-rate sweep around the model's
+      predicted crossover to measure where bubbles start
+  prefill.py render --json prefill_h200.json --doc docs/benchmarks.md
+      writes the section "Layer-wise prefill (H200)" (only it)
+
+The store is striped over 2 namespaces of one emulated controller (host threads, pinned host
+memory, bandwidth cap 2 x 14 GB/s); the prefix KV is random bytes written to the store first,
+so hbm and tutti runs attend to identical KV and must produce identical logits.
+
+Crossover, measured exactly as tutti.sched.crossover_hit_rate predicts it: the hit rate h at
+which one layer's load (h*T tokens of KV) takes as long as that layer's compute ((1-h)*T new
+tokens attending to h*T cached ones): load and compute times per layer are the medians of
+each run's CUDA-event spans, and h is interpolated linearly where load - compute changes sign.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+
+SECTION_TITLE = "Layer-wise prefill (H200)"
+BS = 16
+PROFILE_GRID = [(n, p) for n in (2048, 4096, 8192, 16384) for p in (0, 16384, 28672, 57344, 126976)
+                if n + p <= 131072] + [(32768, 0), (32768, 32768), (65536, 0), (65536, 65536), (131072, 0)]
+QUICK_GRID = [(n, p) for n in (2048, 8192) for p in (0, 28672)] + [(32768, 0)]
+
+
+def sh(cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception:  # noqa: BLE001 - informational only
+        return ""
+
+
+def plan_runs(args) -> list[tuple[int, list[float], int]]:
+    """(tokens, coarse hit rates, repeats); fine sweeps are added once the crossover is predicted."""
+    if args.quick:
+        return [(32768, [0.5, 1.0], 1)]
+    return [(32768, [0.25, 0.5, 0.75, 0.9, 1.0], 3), (65536, [0.5, 0.9, 1.0], 1), (131072, [0.75, 1.0], 1)]
+
+
+def measured_crossover(points: list[dict]) -> float | None:
+    """Hit rate where median load per layer - median compute per layer crosses zero (linear interpolation)."""
+    pts = sorted((p["hit_rate"], p["layer_load_median_s"] - p["layer_compute_median_s"]) for p in points)
+    for (h0, d0), (h1, d1) in zip(pts, pts[1:]):
+        if d0 < 0 <= d1:
+            return h0 + (h1 - h0) * (-d0) / (d1 - d0)
+    return None
+
+
+def run(args):
+    t_start = time.perf_counter()
+    import torch
+
+    from tutti import gpu
+    from tutti.prefill import LLAMA3_8B_SHAPE, Decoder, GioKV, PagedKVCache, PrefillHarness, new_block_table
+    from tutti.prefill.kvio import open_emulated_store
+    from tutti.prefill.profiling import device_name, measure_io, profile_layer, profile_table
+    from tutti.sched import ComputeProfile, Hardware, SlackScheduler, crossover_hit_rate, predict
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
+
+    dev = torch.device("cuda")
+    torch.cuda.init()
+    shape = LLAMA3_8B_SHAPE
+    out = {"meta": {
+        "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "command": "python3 benchmarks/prefill.py run" + (" --quick" if args.quick else ""),
+        "gpu": sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"),
+        "cpus": os.cpu_count(), "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip(),
+        "kernel": platform.release(), "torch": torch.__version__, "python": platform.python_version(),
+        "library": str(gpu.library_path()),
+        "model": {**shape.to_dict("bfloat16"), "name": "Llama-3-8B shape, random weights"},
+        "emulator": {"namespaces": args.namespaces, "rate_cap_gbps": args.rate_gbps, "backing": "hostmem",
+                     "queues": args.queues, "threads": args.threads, "depth": 1024},
+    }, "runs": [], "sweeps": {}}
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+    runs = plan_runs(args)
+    max_t = max(t for t, _, _ in runs)
+
+    # 1. profile one layer
+    grid = QUICK_GRID if args.quick else PROFILE_GRID
+    pts = profile_layer(shape, grid, device=dev, dtype=torch.bfloat16, repeats=3)
+    log(f"profiled {len(pts)} points")
+    torch.cuda.empty_cache()
+
+    # 2. model, cache, store
+    model = Decoder(shape, device=dev, dtype=torch.bfloat16, vocab=128256, seed=1)
+    n_blocks = max_t // BS
+    cache = PagedKVCache(shape, n_blocks, device=dev, dtype=torch.bfloat16)
+    cache.kv.normal_()
+    # write region: the new full blocks of the run with the most of them (32K: any hit rate, for the
+    # fine sweep wherever the crossover falls)
+    max_writes = max([(t - int(min(hs) * t)) // BS for t, hs, _ in runs] + [32768 // BS])
+    ctrl, gio, geo = open_emulated_store(shape, dtype="bfloat16", n_slots=n_blocks + max_writes,
+                                         n_ns=args.namespaces, rate_gbps=args.rate_gbps, n_queues=args.queues,
+                                         n_threads=args.threads)
+    kv = GioKV(gio, geo, cache, n_blocks)
+    log(f"model, {cache.kv.numel() * 2 / 2**30:.1f} GiB cache, store of {geo.n_slots} slots on "
+        f"{args.namespaces} namespaces")
+
+    # 3. store I/O rates (write then bit-exact read-back of 32K tokens' KV, all layers)
+    io = measure_io(kv, cache, 2048, list(range(2048)))
+    log(f"I/O: write {io['write_gbps']:.2f} GB/s, read {io['read_gbps']:.2f} GB/s, bit-exact {io['bit_exact']}")
+    out["io"] = io
+    prof_json = profile_table(shape, pts, device=device_name(dev), dtype="bfloat16",
+                              io={"read_gbps": io["read_gbps"], "write_gbps": io["write_gbps"],
+                                  "n_ssd": args.namespaces})
+    out["profile"] = prof_json
+    profile = ComputeProfile.from_json(prof_json)
+    hw = Hardware(read_gbps=io["read_gbps"], write_gbps=io["write_gbps"], n_ssd=args.namespaces)
+    sched = SlackScheduler(shape, hw, profile, prefetch_depth=2)
+    out["fit"] = profile.describe()
+    save()
+
+    # 4. the prefix KV: every block of the longest prompt, in a shuffled block table, to shuffled slots
+    table = new_block_table(n_blocks, n_blocks, seed=2, device=dev)
+    slots = torch.randperm(n_blocks, generator=torch.Generator().manual_seed(3)).tolist()
+    write_slots = list(range(n_blocks, n_blocks + max_writes))
+    kv.bind([], [], slots, table.tolist())
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for l in range(shape.n_layers):
+        kv.write(l, None)
+    torch.cuda.synchronize()
+    fill_s = time.perf_counter() - t0
+    ref = cache.kv.view(torch.int16).sum(dim=(1, 3, 4, 5))  # [layer, block] sums of the stored bytes
+    out["store_fill"] = {"blocks": n_blocks, "bytes": n_blocks * 2 * geo.span_bytes * shape.n_layers,
+                         "s": fill_s, "errors": kv.errors()}
+    log(f"stored {n_blocks} blocks in {fill_s:.2f} s")
+
+    harness = PrefillHarness(model, cache, kv)
+    gen = torch.Generator().manual_seed(4)
+
+    def one(mode, T, h, tokens, tbl):
+        hit = int(h * T)
+        plan = sched.plan_prefill(T, hit) if mode == "tutti" else None
+        if mode == "tutti":
+            nb = plan.load_blocks
+            cache.kv[:, :, tbl[:nb].long()] = 0  # the prefix must really come from the store
+        r = harness.run(mode, tokens, tbl, hit, plan=plan, read_slots=slots, write_slots=write_slots)
+        d = r.to_dict()
+        d["hit_rate"] = h
+        if mode == "tutti":
+            ids = tbl[:plan.load_blocks].long()
+            d["kv_matches_store"] = bool(torch.equal(cache.kv[:, :, ids].view(torch.int16).sum(dim=(1, 3, 4, 5)),
+                                                     ref[:, ids]))
+            p = plan.predicted
+            d["predicted"] = {"ttft_s": p.ttft_s, "bubble_s": p.bubble_s, "layer_io_s": p.layer_io_s,
+                              "layer_compute_s": p.layer_compute_s, "hbm_ttft_s": p.hbm_ttft_s,
+                              "recompute_ttft_s": p.recompute_ttft_s}
+            d["plan"] = {"writes_in_prefill": sum(len(w) for w in plan.writes_after_layer),
+                         "deferred_writes": len(plan.deferred_writes)}
+        return r, d
+
+    # warm-up: kernels, cuBLAS, flash attention, the gio path
+    tok = torch.randint(0, 128256, (8192,), generator=gen).to(dev)
+    one("recompute", 8192, 0.0, tok, table[:8192 // BS])
+    one("tutti", 8192, 0.5, tok, table[:8192 // BS])
+    log("warm")
+
+    def sweep(T, hs, repeats, tokens, tbl, key=None, modes=("tutti", "hbm")):
+        for h in hs:
+            group = {}
+            for mode in modes:
+                ds = []
+                for _ in range(repeats):
+                    r, d = one(mode, T, h, tokens, tbl)
+                    ds.append((d, r.logits))
+                ds.sort(key=lambda x: x[0]["ttft_s"])
+                d, logits = ds[len(ds) // 2]
+                d["ttft_runs_s"] = [x[0]["ttft_s"] for x in ds]
+                group[mode] = (d, logits)
+            if "tutti" in group and "hbm" in group:
+                group["tutti"][0]["logits_equal_hbm"] = bool(torch.equal(group["tutti"][1], group["hbm"][1]))
+            for mode, (d, _) in group.items():
+                d["sweep"] = key
+                out["runs"].append(d)
+            t = group.get("tutti", (None,))[0]
+            if t:
+                log(f"T={T} h={h:.3f} tutti {t['ttft_s'] * 1e3:.0f} ms (pred {t['predicted']['ttft_s'] * 1e3:.0f}), "
+                    f"bubble {t['bubble_s'] * 1e3:.1f} ms, load/compute per layer "
+                    f"{t['layer_load_median_s'] * 1e3:.2f}/{t['layer_compute_median_s'] * 1e3:.2f} ms"
+                    + (f", hbm {group['hbm'][0]['ttft_s'] * 1e3:.0f} ms" if "hbm" in group else ""))
+            save()
+
+    for T, hs, repeats in runs:
+        if time.perf_counter() - t_start > args.budget_s:
+            log(f"budget reached: skipping T={T}")
+            out.setdefault("skipped", []).append(T)
+            continue
+        tokens = torch.randint(0, 128256, (T,), generator=gen).to(dev)
+        tbl = table[:-(-T // BS)]
+        for _ in range(repeats if T <= 32768 else 1):
+            r, d = one("recompute", T, 0.0, tokens, tbl)
+            d["sweep"] = None
+            out["runs"].append(d)
+        log(f"T={T} recompute {d['ttft_s'] * 1e3:.0f} ms")
+        hstar = crossover_hit_rate(shape, hw, profile, T)
+        out["sweeps"][str(T)] = {"predicted_crossover": hstar}
+        sweep(T, hs, repeats, tokens, tbl)
+        fine = {32768: [-0.08, -0.05, -0.03, -0.015, 0.0, 0.015, 0.03, 0.05, 0.08],
+                65536: [-0.06, -0.03, 0.0, 0.03, 0.06]}.get(T, [])
+        if args.quick:
+            fine = [-0.05, 0.0, 0.05] if T == 32768 else []
+        if fine and time.perf_counter() - t_start < args.budget_s:
+            hs_fine = sorted({round(min(1.0, max(0.0, hstar + d)), 4) for d in fine})
+            sweep(T, hs_fine, 1, tokens, tbl, key="fine", modes=("tutti",))
+            pts_fine = [d for d in out["runs"] if d["mode"] == "tutti" and d["total_tokens"] == T]
+            m = measured_crossover(pts_fine)
+            out["sweeps"][str(T)].update(measured_crossover=m, points=len(pts_fine))
+            log(f"T={T} crossover predicted {hstar:.4f}, measured {m}")
+        save()
+
+    out["emulator_stats"] = ctrl.stats()
+    out["elapsed_s"] = time.perf_counter() - t_start
+    kv.close()
+    gio.close()
+    ctrl.close()
+    save()
+    log(f"done, {out['elapsed_s']:.0f} s")
+
+
+# ------------------------------------------------------------------ render
+
+
+def _ms(s):
+    return "n/a" if s is None else f"{s * 1e3:.0f}"
+
+
+def render_section(data: dict) -> str:
+    m, runs, io = data["meta"], data["runs"], data.get("io", {})
+    e = m["emulator"]
+    L = [f"## {SECTION_TITLE}", "", f"Measured {m['date']} with:", "", "```",
+         "make -j16 DEPS_ROOT=.h200/root BUILD=build/h200 gpu-lib",
+         "TUTTI_GPU_LIB=build/h200/libtutti_gpu.so PYTHONPATH=python " + m["command"], "```", "",
+         "Raw results: [benchmarks/prefill_h200.json](../benchmarks/prefill_h200.json). Design and limits: "
+         "[prefill.md](prefill.md).", "",
+         f"- Machine: {m['gpu']}; {m['cpus']} CPUs ({m['cpu_model']}); Linux {m['kernel']}; PyTorch {m['torch']}",
+         "- Model: Llama-3-8B shape (32 layers, hidden 4096, 32 heads, 8 KV heads, head dim 128, MLP 14336), "
+         "random bf16 weights; vLLM-style paged KV cache (16-token blocks, shuffled block table); flash "
+         "attention (lower-right causal) over the gathered prefix + new keys.",
+         f"- Store: {e['namespaces']} namespaces of one emulated NVMe controller ({e['backing']}, {e['queues']} "
+         f"queues, {e['threads']} controller threads), bandwidth cap {e['rate_cap_gbps']:g} GB/s in total "
+         f"(2 x 14 GB/s); objects laid out by `tt_store_plan`/`tt_locate`; GPU threads build one NVMe "
+         "command per 32 KiB object from one descriptor per layer.",
+         f"- Store I/O measured before the runs (32K tokens, all layers): write {io.get('write_gbps', 0):.2f} GB/s, "
+         f"read {io.get('read_gbps', 0):.2f} GB/s, read-back bit-exact: {'yes' if io.get('bit_exact') else 'NO'}. "
+         "The scheduler's model uses these rates and the profiled layer times.",
+         "- Prefix KV: random bytes written to the store first (hbm and tutti attend to identical KV); before each "
+         "tutti run the prefix blocks in HBM are zeroed, so they can only come from the store.", ""]
+    rec = {}
+    for r in runs:
+        if r["mode"] == "recompute" and r["total_tokens"] >= 16384:
+            rec.setdefault(r["total_tokens"], []).append(r["ttft_s"])
+    by = {}
+    for r in runs:
+        if r["mode"] in ("tutti", "hbm") and r.get("sweep") is None:
+            by.setdefault((r["total_tokens"], r["hit_rate"]), {})[r["mode"]] = r
+    L += ["TTFT (ms, median of the runs shown); bubble = time the compute stream waited for KV (fill of layer 0 "
+          "included); predicted = tutti.sched's model from the profile:", "",
+          "| Prompt | Hit rate | Recompute | Prefix in HBM | Tutti | Tutti predicted | Bubble (fill) | "
+          "Speedup vs recompute | Writes in prefill / deferred | Checks |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
+    for (T, h), g in sorted(by.items()):
+        t, hb = g.get("tutti"), g.get("hbm")
+        rc = statistics.median(rec[T]) if T in rec else None
+        checks = "n/a"
+        if t:
+            ok = t.get("kv_matches_store") and t.get("logits_equal_hbm", True) and not t["io_errors"]
+            checks = "ok" if ok else "FAIL"
+        L.append(f"| {T // 1024}K | {h:.2f} | {_ms(rc)} | {_ms(hb and hb['ttft_s'])} | "
+                 f"**{_ms(t and t['ttft_s'])}** | {_ms(t and t['predicted']['ttft_s'])} | "
+                 f"{_ms(t and t['bubble_s'])} ({_ms(t and t['fill_s'])}) | "
+                 f"{(rc / t['ttft_s']) if (t and rc) else float('nan'):.2f}x | "
+                 f"{t['writes_in_prefill'] if t else '-'} / {t['deferred_writes'] if t else '-'} | {checks} |")
+    L += ["", "Checks: the loaded prefix KV's per-block sums equal the stored bytes', tutti's logits are "
+          "bit-identical to the all-in-HBM run's, and no NVMe command failed.", ""]
+    sw = data.get("sweeps", {})
+    if any("measured_crossover" in v for v in sw.values()):
+        L += ["Crossover hit rate (where one layer's load takes as long as its compute; above it bubbles open "
+              "between layers), measured on a fine sweep vs predicted by `tutti.sched.crossover_hit_rate`:", "",
+              "| Prompt | Predicted | Measured | Difference |", "|---|---|---|---|"]
+        for T, v in sorted(sw.items(), key=lambda kv: int(kv[0])):
+            if "measured_crossover" not in v:
+                continue
+            mc, pc = v["measured_crossover"], v["predicted_crossover"]
+            diff = f"{100 * (mc - pc) / pc:+.1f}%" if mc is not None else "not crossed in the sweep"
+            L.append(f"| {int(T) // 1024}K | {pc:.3f} | {'n/a' if mc is None else f'{mc:.3f}'} | {diff} |")
+        L += ["", "Fine sweep (tutti, per-layer medians in ms):", "",
+              "| Prompt | Hit rate | Load / layer | Compute / layer | Predicted load / compute | Bubble | "
+              "of it between layers | TTFT |", "|---|---|---|---|---|---|---|---|"]
+        for r in sorted((r for r in runs if r.get("sweep") == "fine"), key=lambda r: (r["total_tokens"],
+                                                                                     r["hit_rate"])):
+            p = r["predicted"]
+            L.append(f"| {r['total_tokens'] // 1024}K | {r['hit_rate']:.3f} | {r['layer_load_median_s'] * 1e3:.2f} | "
+                     f"{r['layer_compute_median_s'] * 1e3:.2f} | {p['layer_io_s'] * 1e3:.2f} / "
+                     f"{p['layer_compute_s'] * 1e3:.2f} | {r['bubble_s'] * 1e3:.1f} | "
+                     f"{(r['bubble_s'] - r['fill_s']) * 1e3:.1f} | {r['ttft_s'] * 1e3:.0f} |")
+        L.append("")
+    f = data.get("fit", {})
+    if f:
+        L += [f"Profile: {f.get('points')} points of one layer, fitted t = a + b·n + c·n·(p + n/2) with "
+              f"a = {f['a_s'] * 1e3:.3f} ms, b = {f['b_s_per_token'] * 1e9:.1f} ns/token, "
+              f"c = {f['c_s_per_pair'] * 1e12:.3f} ps/pair (rms error {100 * f.get('rms_rel_err', 0):.1f}%, "
+              f"max {100 * f.get('max_rel_err', 0):.1f}%).", ""]
+    if data.get("skipped"):
+        L += [f"Skipped for the time budget: {', '.join(str(t) for t in data['skipped'])} tokens.", ""]
+    return "\n".join(L)
+
+
+def render(args):
+    from tutti.bench.report import replace_section
+
+    with open(args.json) as f:
+        data = json.load(f)
+    sec = render_section(data)
+    replace_section(args.doc, SECTION_TITLE, sec + "\n")
+    print(sec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--out", default="prefill_h200.json")
+    r.add_argument("--quick", action="store_true", help="32K only, few points (a smoke test)")
+    r.add_argument("--namespaces", type=int, default=2)
+    r.add_argument("--rate-gbps", type=float, default=28.0, help="bandwidth cap over all namespaces")
+    r.add_argument("--queues", type=int, default=24)
+    r.add_argument("--threads", type=int, default=12, help="emulated controller threads")
+    r.add_argument("--budget-s", type=float, default=300.0, help="skip the remaining prompts after this long")
+    r.set_defaults(fn=run)
+    d = sub.add_parser("render")
+    d.add_argument("--json", required=True)
+    d.add_argument("--doc", default="docs/benchmarks.md")
+    d.set_defaults(fn=render)
+    a = ap.parse_args()
+    a.fn(a)
+
+
+if __name__ == "__main__":
+    main()

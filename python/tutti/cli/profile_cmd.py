@@ -1,0 +1,124 @@
+"""tutti-admin profile: measure one decoder layer's prefill time (and the store's I/O rates) for the scheduler."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from .app import main
+from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, make_console
+
+
+def _parse_grid(text: str) -> list[tuple[int, int]]:
+    try:
+        grid = [tuple(int(v) for v in item.split(":")) for item in text.split(",") if item.strip()]
+    except ValueError:
+        grid = []
+    if not grid or any(len(g) != 2 or g[0] < 1 or g[1] < 0 for g in grid):
+        raise click.BadParameter(f"{text!r}: give NEW:PREFIX pairs, e.g. 4096:0,4096:28672")
+    return grid
+
+
+@main.command("profile", epilog=EXIT_CODES)
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="profile table to write (JSON)")
+@click.option("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
+@click.option("--tiny", is_flag=True, help="a tiny model shape and grid (float32): seconds on a CPU, for tests")
+@click.option("--preset", default="llama3-8b", show_default=True, help="model shape (tutti.sched PRESETS)")
+@click.option("--grid", "grid_text", default=None, metavar="N:P,...",
+              help="(new_tokens, prefix_tokens) points; default: a grid up to 128K tokens (--tiny: a small one)")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 100), help="timed runs per point")
+@click.option("--io", "with_io", is_flag=True,
+              help="also measure read/write rates of the store on the emulated NVMe controller (GPU, libtutti_gpu.so)")
+@click.option("--io-namespaces", default=2, show_default=True, type=click.IntRange(1, 16),
+              help="namespaces (store members) of the emulated controller")
+@click.option("--io-rate-gbps", default=28.0, show_default=True, type=float,
+              help="the controller's bandwidth cap over all namespaces, GB/s (0: none)")
+@click.option("--io-blocks", default=2048, show_default=True, type=click.IntRange(1),
+              help="KV blocks written and read back per layer for the I/O rates")
+@_json_opt
+def profile_cmd(out, device, tiny, preset, grid_text, repeats, with_io, io_namespaces, io_rate_gbps, io_blocks,
+                as_json):
+    """Time one decoder layer's prefill over a grid of (new tokens, cached prefix tokens).
+
+    Random weights of the model's shape, a vLLM-style paged KV cache, the
+    same layer the prefill harness runs (docs/prefill.md).  Writes the
+    profile table that `tutti.sched` (plan, scheduler) reads: format version
+    1, the model's shape, the measured points and, with --io, the emulated
+    store's read and write rates.
+    """
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        raise CliError("profile needs PyTorch (pip install torch)", EXIT_USAGE) from None
+    from ..prefill import LLAMA3_8B_SHAPE, TINY_SHAPE  # noqa: PLC0415
+    from ..prefill.profiling import DEFAULT_GRID, TINY_GRID, device_name, profile_layer, profile_table  # noqa: PLC0415
+    from ..sched import PRESETS  # noqa: PLC0415
+
+    if tiny:
+        shape, dtype, grid = TINY_SHAPE, torch.float32, TINY_GRID
+    else:
+        if preset not in PRESETS and preset != "llama3-8b":
+            raise CliError(f"unknown preset {preset!r}: one of {', '.join(sorted(PRESETS))}", EXIT_USAGE)
+        shape, dtype, grid = PRESETS.get(preset, LLAMA3_8B_SHAPE), torch.bfloat16, DEFAULT_GRID
+    if grid_text:
+        grid = _parse_grid(grid_text)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise CliError(f"--device {device}: {e}", EXIT_USAGE) from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CliError("--device cuda: no CUDA device (use --device cpu --tiny)", EXIT_USAGE)
+    if with_io and dev.type != "cuda":
+        raise CliError("--io needs a CUDA device (the GPU drives the emulated controller)", EXIT_USAGE)
+    dtype_name = str(dtype).removeprefix("torch.")
+    con = make_console(stderr=True)
+
+    def progress(pt):
+        if not as_json:
+            con.print(f"  new {pt['new_tokens']:>7}  prefix {pt['prefix_tokens']:>7}  "
+                      f"{pt['layer_s'] * 1e3:9.3f} ms/layer")
+
+    points = profile_layer(shape, grid, device=dev, dtype=dtype, repeats=repeats, progress=progress)
+    io = None
+    if with_io:
+        io = _measure_store_io(shape, dtype_name, dev, io_namespaces, io_rate_gbps, io_blocks)
+    table = profile_table(shape, points, device=device_name(dev), dtype=dtype_name, io=io)
+    with open(out, "w") as f:
+        json.dump(table, f, indent=1)
+        f.write("\n")
+    if as_json:
+        _emit_json(table)
+    else:
+        con.print(f"wrote {out}: {len(points)} points on {table['device']}"
+                  + (f"; I/O read {io['read_gbps']:.2f} GB/s, write {io['write_gbps']:.2f} GB/s" if io else ""))
+
+
+def _measure_store_io(shape, dtype_name, dev, n_ns, rate_gbps, n_blocks) -> dict:
+    import torch  # noqa: PLC0415
+
+    from ..gpu import GpuLibraryMissing  # noqa: PLC0415
+    from ..prefill import PagedKVCache  # noqa: PLC0415
+    from ..prefill.kvio import GioKV, open_emulated_store  # noqa: PLC0415
+    from ..prefill.profiling import measure_io  # noqa: PLC0415
+
+    torch.cuda.set_device(dev)
+    try:
+        ctrl, gio, geo = open_emulated_store(shape, dtype=dtype_name, n_slots=n_blocks, n_ns=n_ns,
+                                             rate_gbps=rate_gbps)
+    except GpuLibraryMissing as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    try:
+        cache = PagedKVCache(shape, 2 * n_blocks, device=dev, dtype=getattr(torch, dtype_name))
+        cache.kv.normal_()
+        kv = GioKV(gio, geo, cache, n_blocks)
+        r = measure_io(kv, cache, n_blocks, list(range(n_blocks)))
+        kv.close()
+    finally:
+        gio.close()
+        ctrl.close()
+    if r["errors"] or not r["bit_exact"]:
+        raise CliError(f"I/O check failed: {r['errors']} failed commands, bit-exact {r['bit_exact']}", 3)
+    return {"read_gbps": round(r["read_gbps"], 3), "write_gbps": round(r["write_gbps"], 3), "n_ssd": n_ns,
+            "rate_cap_gbps": rate_gbps, "backing": "emulated controller, hostmem"}
