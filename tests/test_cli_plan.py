@@ -90,6 +90,17 @@ def test_plan_usage_errors(args, msg):
     assert msg in res.output
 
 
+def test_plan_warns_when_the_fit_misses(tmp_path):
+    path = profile_table(tmp_path / "p.json")
+    d = json.loads(path.read_text())
+    d["compute"][4]["layer_s"] *= 3  # one point far off the physical shape
+    path.write_text(json.dumps(d))
+    out = run(["plan", "--profile", path, "--tokens", "32K"]).output
+    assert "warning: the fitted layer time misses a measured point" in out
+    assert "new 4096, prefix 16384" in out
+    assert "warning" not in run(["plan", "--profile", profile_table(tmp_path / "q.json"), "--tokens", "32K"]).output
+
+
 def test_plan_bad_profile_says_why(tmp_path):
     path = profile_table(tmp_path / "p.json")
     d = json.loads(path.read_text())

@@ -164,6 +164,10 @@ def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
         line += (f" on {d['device']} ({d['date']}): {d['points']} points, fit error rms "
                  f"{d['rms_rel_err'] * 100:.1f}% max {d['max_rel_err'] * 100:.1f}%")
     con.print(line)
+    if profile.points and d["max_rel_err"] > 0.15:  # the a + b*n + c*n*(p + n/2) shape does not fit this GPU well
+        con.print(f"[yellow]warning: the fitted layer time misses a measured point by {d['max_rel_err'] * 100:.0f}% "
+                  f"(new {profile.fit.worst.new_tokens}, prefix {profile.fit.worst.prefix_tokens}): "
+                  "predictions near it are rough[/yellow]")
     t = Table(title="Prefill TTFT (ms)")
     for col in ("tokens", "hit", "recompute", "in HBM", "Tutti", "bubble", "speedup", "best load (loaded)",
                 "writes in slack", "deferred to decode"):
