@@ -49,7 +49,8 @@ enum tt_emu_backing {
  * @n_ns: namespaces, 1 to TT_EMU_MAX_NS
  * @ns_bytes: capacity of each namespace, a multiple of the LBA size
  * @lba_shift: log2 of the LBA size (9 or 12)
- * @fds: TT_EMU_FILE: one open file per namespace (not owned)
+ * @fds: TT_EMU_FILE: one open file per namespace (not owned; the array
+ *       is copied, the files must stay open)
  * @sgls: Identify Controller SGLS value advertised (0: PRP only)
  * @mdts_bytes: largest transfer, 0 for no limit
  * @list_chunks: PRP list pages / SGL segments available per SQ slot

@@ -234,6 +234,16 @@ int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
 int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
 			uint16_t *status);
 
+/**
+ * tt_gio_batch_status() - the batch's per-command NVMe status, on the GPU
+ * @b: batch
+ *
+ * Device array, one entry per command of the prepared batch, valid once
+ * the kernels that reap it completed (stream order): lets a kernel judge
+ * a batch without a host synchronisation. Return: the array.
+ */
+const uint16_t *tt_gio_batch_status(const struct tt_gio_batch *b);
+
 /** tt_gio_batch_size() - commands in the prepared batch. */
 uint32_t tt_gio_batch_size(const struct tt_gio_batch *b);
 

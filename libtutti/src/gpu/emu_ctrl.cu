@@ -72,6 +72,7 @@ struct emu_cmd {
 
 struct tt_emu {
 	struct tt_emu_params p;
+	std::vector<int> fds;		// TT_EMU_FILE: our copy of p.fds
 	int device;
 	std::vector<emu_q *> qs;
 	std::vector<struct tt_gio_qmem> qmem;
@@ -549,6 +550,11 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	if (!c)
 		return -ENOMEM;
 	c->p = *p;
+	// The caller's fd array may be gone once we return (the files stay its).
+	if (p->backing == TT_EMU_FILE) {
+		c->fds.assign(p->fds, p->fds + p->n_ns);
+		c->p.fds = c->fds.data();
+	}
 	c->stop.store(false);
 	c->thread_err.store(0);
 	c->cmds = c->errors = c->bytes = c->sq_wraps = c->cq_wraps = c->doorbells = 0;

@@ -368,6 +368,11 @@ extern "C" int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
 	return bad ? -EIO : 0;
 }
 
+extern "C" const uint16_t *tt_gio_batch_status(const struct tt_gio_batch *b)
+{
+	return b->status;
+}
+
 extern "C" uint32_t tt_gio_batch_size(const struct tt_gio_batch *b)
 {
 	return b ? b->n : 0;
