@@ -5,6 +5,7 @@
 // opened with dlopen so the library builds and runs without it (-ENOSYS).
 // The pipeline (runs, threads, kernels, hashing) is file_pipe.cu.
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
