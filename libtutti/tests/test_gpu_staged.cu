@@ -187,8 +187,9 @@ static void run(const struct cfg *c)
 			src.set_block(ids[i], pattern(1000 + i));
 			key_of(i, 1, &keys[i * TT_KEY_BYTES]);
 		}
-		tap_eq(tt_store_write_begin(s, keys.data(), N, &t), 0, "[%s] write_begin", name);
-		tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind write to device", name);
+		if (!tap_eq(tt_store_write_begin(s, keys.data(), N, &t), 0, "[%s] write_begin", name) ||
+		    !tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind write to device", name))
+			goto out;
 		ret = 0;
 		for (uint32_t l = 0; l < LAYERS; l++)
 			ret |= tt_txn_layer(t, l, &src.mm, nullptr);
@@ -221,8 +222,9 @@ static void run(const struct cfg *c)
 		}
 		tap_eq(tt_store_lookup(s, keys2.data(), N, slots.data()), N, "[%s] CPU put %u blocks",
 		       name, N);
-		tap_eq(tt_store_read_begin(s, slots.data(), N, &t), 0, "[%s] read_begin", name);
-		tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind read to device", name);
+		if (!tap_eq(tt_store_read_begin(s, slots.data(), N, &t), 0, "[%s] read_begin", name) ||
+		    !tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind read to device", name))
+			goto out;
 		cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
 		ret = 0;
 		for (uint32_t l = 0; l < LAYERS; l++)
@@ -276,8 +278,9 @@ static void run(const struct cfg *c)
 			}
 			// Page cache and O_DIRECT must agree on what is on disk.
 			posix_fadvise(fds[e.member], 0, 0, POSIX_FADV_DONTNEED);
-			tap_eq(tt_store_read_begin(s, slots.data(), N, &t), 0, "[%s] read again", name);
-			tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind", name);
+			if (!tap_eq(tt_store_read_begin(s, slots.data(), N, &t), 0, "[%s] read again", name) ||
+			    !tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind", name))
+				goto out;
 			for (uint32_t l = 0; l < LAYERS; l++)
 				tt_txn_layer(t, l, &dst.mm, nullptr);
 			tap_eq(tt_txn_finish(t, st.data()), N - 1, "[%s] %u of %u blocks ok", name, N - 1, N);
@@ -289,8 +292,9 @@ static void run(const struct cfg *c)
 		}
 	}
 	tap_eq(tt_store_set_devpath(s, nullptr, nullptr), 0, "[%s] remove the path", name);
+out:
+	tt_store_close(s);	// aborts a transaction left open by a failure
 	tt_file_path_close(path);
-	tt_store_close(s);
 }
 
 int main(void)
