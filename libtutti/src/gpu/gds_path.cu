@@ -6,6 +6,7 @@
 // The pipeline (runs, threads, kernels, hashing) is file_pipe.cu.
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -32,13 +33,27 @@ static void *cf_sym(void *h, const char *name)
 	return f;
 }
 
+// TUTTI_CUFILE names the library; else the loader's path, then the
+// toolkit's own folder (often not on the loader's path).
+static void *cf_dlopen(void)
+{
+	const char *env = getenv("TUTTI_CUFILE");
+	void *h = dlopen(env && *env ? env : "libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+
+	if (!h && !(env && *env))
+		h = dlopen("/usr/local/cuda/lib64/libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+	return h;
+}
+
 static void cf_load(void)
 {
-	void *h = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+	void *h = cf_dlopen();
 
 	if (!h) {
 		cf_state = -ENOSYS;
-		snprintf(cf_why, sizeof(cf_why), "GDS unavailable: %s", dlerror());
+		snprintf(cf_why, sizeof(cf_why), "GDS unavailable: libcufile.so.0 is neither on "
+			 "the loader's path nor in /usr/local/cuda/lib64 (TUTTI_CUFILE names it): %s",
+			 dlerror());
 		return;
 	}
 	*(void **)&cf.driver_open = cf_sym(h, "cuFileDriverOpen");
