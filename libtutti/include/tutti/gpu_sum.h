@@ -4,9 +4,11 @@
  *
  * Bit-identical to the CPU's tt_sum_object(): XXH3-64 of the object's
  * span_bytes, seeded with its object index m = tt_obj_index(layer, span).
- * One warp per object: each lane sums the stripes of its own 1 KiB blocks
- * (XXH3's accumulation inside a block is a plain sum), then the lanes fold
- * their blocks in order through XXH3's scramble step.
+ * One warp per object. XXH3's accumulation inside a 1 KiB block is a plain
+ * sum, so the 32 lanes split each block: lane (g, i) adds accumulator i's
+ * terms of stripes g, g + 4, g + 8, g + 12 (one coalesced 256-byte load
+ * per pass), the four lanes of an accumulator add up with shuffles, and
+ * every lane folds blocks in order through XXH3's scramble step.
  */
 #ifndef TUTTI_GPU_SUM_H
 #define TUTTI_GPU_SUM_H
