@@ -455,6 +455,32 @@ int main(void)
 	test_corrupt(s);
 	test_failures(s);
 
+	/* Two-phase write through the path: prepare collects, finish commits. */
+	{
+		unsigned kid[2] = { 80, 81 };
+		uint32_t ids[2] = { 4, 5 };
+		uint8_t keys[2 * TT_KEY_BYTES];
+		int32_t st[2];
+		struct tt_txn *t;
+
+		keys_of(kid, 2, keys);
+		tt_store_write_begin(s, keys, 2, &t);
+		tt_txn_bind_device(t, ids);
+		for (uint32_t l = 0; l < L - 1; l++)
+			tt_txn_layer(t, l, &map, NULL);
+		tap_eq(tt_txn_prepare(t, st), 0, "prepare with a layer missing: 0 durable");
+		tap_eq(tt_txn_layer(t, L - 1, &map, NULL), (unsigned long long)-EINVAL,
+		       "a layer after prepare is refused (the path is done)");
+		tap_eq(tt_txn_finish(t, st), 0, "nothing committed");
+		tap_eq(w.ends, w.begins, "the path's transaction ended once");
+		tt_store_write_begin(s, keys, 2, &t);
+		tt_txn_bind_device(t, ids);
+		for (uint32_t l = 0; l < L; l++)
+			tt_txn_layer(t, l, &map, NULL);
+		tap_eq(tt_txn_prepare(t, st), 2, "prepare: 2 blocks durable");
+		tap_eq(tt_txn_finish(t, st), 2, "finish after prepare commits both");
+		tap_eq(tt_store_lookup(s, keys, 2, (int64_t[2]){ 0 }), 2, "both found");
+	}
 	tap_eq(tt_store_set_devpath(s, NULL, NULL), 0, "remove the data path");
 	{
 		struct tt_txn *t;

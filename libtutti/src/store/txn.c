@@ -260,6 +260,8 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 		return tt_seterr(-ENODEV, "the store has no data path for device memory");
 	if (t->dpo)
 		return tt_seterr(-EALREADY, "transaction already bound to device memory");
+	if (t->prepared)
+		return tt_seterr(-EINVAL, "transaction already prepared");
 	for (uint32_t l = 0; l < s->geo.n_layers; l++)
 		if (t->layer_state[l] != LAYER_IDLE)
 			return tt_seterr(-EINVAL, "layer %u already moved through host memory", l);
@@ -382,6 +384,8 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	if (mem->n_layers != g->n_layers || mem->n_spans != S)
 		return tt_seterr(-EINVAL, "memory map has %u layers x %u spans, store %u x %u",
 				 mem->n_layers, mem->n_spans, g->n_layers, S);
+	if (t->dpo && !t->dp_live)
+		return tt_seterr(-EINVAL, "the data path is done with this transaction");
 	if (t->dpo)
 		return dev_layer(t, layer, mem);
 	for (uint32_t k = 0; k < S; k++) {
