@@ -267,6 +267,10 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer);
 int tt_txn_finish(struct tt_txn *t, int32_t *status);
 void tt_txn_abort(struct tt_txn *t);
+int tt_txn_prepare(struct tt_txn *t, int32_t *status);
+int tt_txn_veto(struct tt_txn *t, unsigned i);
+int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count, uint8_t *keys,
+                  int64_t *slots, unsigned cap);
 int tt_store_put(struct tt_store *s, const uint8_t key[16], const void *buf, size_t len);
 int tt_store_get(struct tt_store *s, const uint8_t key[16], void *buf, size_t len);
 int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count, int repair,

@@ -220,6 +220,21 @@ class Txn:
 class WriteTxn(Txn):
     """Stores blocks under keys; ``present[i]`` blocks are already stored and are skipped."""
 
+    def prepare(self) -> list:
+        """Make the data durable without committing; per block 0 or a negative errno.
+
+        ``finish()`` then commits the blocks that are 0 here and were not
+        vetoed.  Used to commit across stores (tutti.tp): every store prepares,
+        the group agrees, then each finishes.
+        """
+        status = ffi.new("int32_t[]", max(self._n, 1))
+        check(lib.tt_txn_prepare(self._handle(), status))
+        return list(status)[: self._n]
+
+    def veto(self, i: int) -> None:
+        """Block ``i`` will not be committed (a block already stored stays)."""
+        check(lib.tt_txn_veto(self._handle(), i))
+
 
 class ReadTxn(Txn):
     """Loads committed slots; a block failing its checksum finishes with -EBADMSG."""
@@ -432,6 +447,20 @@ class Store:
         slots = ffi.new("int64_t[]", max(n, 1))
         check(lib.tt_store_lookup(self._handle(), arr, n, slots))
         return [s if s >= 0 else None for s in slots[0:n]]
+
+    def committed(self, chunk=4096) -> dict:
+        """Every committed block: {16-byte store key: slot}, from the in-memory index (no I/O)."""
+        n_slots = self._geometry.n_slots
+        keys = ffi.new("uint8_t[]", chunk * _KEY)
+        slots = ffi.new("int64_t[]", chunk)
+        out = {}
+        for first in range(0, n_slots, chunk):
+            # A range of `chunk` slots holds at most `chunk` committed ones.
+            found = check(lib.tt_store_list(self._handle(), first, chunk, keys, slots, chunk))
+            raw = ffi.buffer(keys, found * _KEY)[:]
+            for i in range(found):
+                out[raw[i * _KEY:(i + 1) * _KEY]] = slots[i]
+        return out
 
     def __contains__(self, key) -> bool:
         return self.lookup([key])[0] is not None
