@@ -90,11 +90,14 @@ class PrefillHarness:
 
     ``kv``: GioKV (GPU) or HostKV (CPU), needed for mode tutti.  ``io_stream`` and
     ``compute_stream``: torch streams (e.g. from tutti.gpu.Domains); default: a new
-    stream for I/O and the current stream for compute.
+    stream for I/O and the current stream for compute.  ``cpu_lead_layers``: how many
+    layers the CPU may enqueue ahead of the GPU (see before() in run()).
     """
 
-    def __init__(self, model: Decoder, cache: PagedKVCache, kv=None, *, io_stream=None, compute_stream=None):
+    def __init__(self, model: Decoder, cache: PagedKVCache, kv=None, *, io_stream=None, compute_stream=None,
+                 cpu_lead_layers: int = 2):
         self.model, self.cache, self.kv = model, cache, kv
+        self.cpu_lead_layers = cpu_lead_layers
         self.cuda = cache.kv.is_cuda
         self.clock = _Clock(self.cuda)
         if self.cuda:
@@ -161,6 +164,12 @@ class PrefillHarness:
                 io_op(op.kind, op.layer)
 
         def before(l: int) -> None:
+            if self.cuda and l >= self.cpu_lead_layers:  # all modes alike, so their TTFTs compare
+                # Keep the CPU at most cpu_lead_layers ahead of the GPU.  Unbounded, it fills CUDA's launch
+                # queue while compute waits for layer 0's KV; the blocked launch then also blocks the
+                # emulated controller's host threads in their cudaMemcpyAsync, so that KV never lands
+                # (seen on the H200: a hang at 32K tokens, hit rate 0.5).  The GPU still has a layer queued.
+                ev[("compute_done", l - self.cpu_lead_layers)].synchronize()
             w0 = c.mark(self.compute)
             if mode == "tutti" and split.load_blocks:
                 key = ("read_done", l)
