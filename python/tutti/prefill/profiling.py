@@ -71,9 +71,14 @@ def profile_layer(shape: ModelShape, grid, *, device="cpu", dtype=torch.float32,
 
 
 def _gemm_load(n_iters: int):
-    """Enqueue ``n_iters`` 8K x 8K bf16 GEMMs on a side stream: compute the I/O path has to share the GPU with."""
+    """Enqueue ``n_iters`` 16K x 16K bf16 GEMMs on a side stream: compute the I/O path has to share the GPU with.
+
+    Few long kernels rather than many short ones: with CUDA's launch queue full, the CPU would block in
+    a gio launch while earlier gio kernels wait for the emulated controller, whose host threads then
+    block in the CUDA runtime too (see PrefillHarness.run).
+    """
     side = torch.cuda.Stream()
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(16384, 16384, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
     with torch.cuda.stream(side):
         for _ in range(n_iters):
