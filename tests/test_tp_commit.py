@@ -201,6 +201,8 @@ def test_single_rank_group_is_todays_commit(tmp_path, rng):
         assert phases == ["prepared", "agreed", "committed"]
         for b, name in enumerate(names):
             assert s.get(name) == buf.contiguous_block(b)
+        span = s.geometry.span_bytes
+        assert bytes(buf.area(1, 0)[2 * span:3 * span]) == bytes(buf.block_view(1, 0, 2))
         assert agree([True, False]) == [True, False]
         abstain(width=3)  # no group: nothing to wait for
         # Already stored: reported committed, nothing rewritten.

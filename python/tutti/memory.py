@@ -60,6 +60,11 @@ class PagedBuffer:
         off = block * self.block_stride
         return memoryview(self._areas[layer * self.n_spans + span])[off:off + self.span_bytes]
 
+    def area(self, layer, span) -> memoryview:
+        """Writable view of one (layer, span) for every block: n_blocks x block_stride bytes."""
+        self._check(layer, span, 0)
+        return memoryview(self._areas[layer * self.n_spans + span])
+
     def _objects(self, block):
         return (self.block_view(layer, span, block)
                 for layer in range(self.n_layers) for span in range(self.n_spans))

@@ -102,15 +102,9 @@ class TuttiConfig:
 
     def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:
         """This rank's member paths (each rank keeps its own store)."""
-        paths = self.path or [os.path.join(DEFAULT_DIR, _safe_name(model_id) + ".tutti")]
-        out = []
-        for p in paths:
-            if "{rank}" in p:
-                p = p.replace("{rank}", str(rank))
-            elif tp_size > 1:
-                p = f"{p}.rank{rank}"
-            out.append(os.path.expanduser(p))
-        return out
+        from ..tp.shard import rank_paths
+        return rank_paths(self.path or [os.path.join(DEFAULT_DIR, _safe_name(model_id) + ".tutti")],
+                          rank, tp_size)
 
 
 def _safe_name(model_id):

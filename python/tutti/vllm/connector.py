@@ -108,7 +108,7 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
 
     def wait_for_save(self):
         if self._worker is not None:
-            self._worker.finish_save()
+            self._worker.finish_save(self._meta())
 
     def get_block_ids_with_load_errors(self) -> set:
         return self._worker.take_load_errors() if self._worker is not None else set()

