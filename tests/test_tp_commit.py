@@ -363,3 +363,17 @@ def test_random_kills_leave_every_key_whole_or_absent(tmp_path, world):
             kill_all(procs)
         present, _ = reconcile_and_verify(d, world)
         assert present, "nothing survived: the trial proved nothing"
+
+
+def test_tp_retrieve_benchmark_runs_on_cpu(tmp_path):
+    """benchmarks/tp_retrieve.py (what a 2-GPU machine would run) works here with gloo."""
+    bench = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "tp_retrieve.py")
+    out = tmp_path / "res.json"
+    res = subprocess.run([sys.executable, bench, "--ranks", "2", "--prefix-tokens", "256", "--runs", "1",
+                          "--dir", str(tmp_path), "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(out.read_text())
+    # Llama-3-8B shape: 32 layers x K,V x 4 of 8 heads x 128 x 2 bytes per token per rank
+    assert r["ranks"] == 2 and r["shard_bytes"] == 256 * 32 * 2 * 4 * 128 * 2
+    assert r["one_rank_GBps"] > 0 and r["all_ranks_GBps"] > 0
