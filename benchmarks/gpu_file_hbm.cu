@@ -10,6 +10,8 @@
 //   raw     ceiling: this program's threads read the data region in 4 MiB
 //           reads into pinned memory (O_DIRECT unless --buffered)
 //   h2d     ceiling: pinned -> HBM cudaMemcpy bandwidth
+//   raw_h2d raw's reads, each copied to HBM as it lands (staged minus its
+//           scatter and hashing)
 // Every path's first run is compared byte for byte with the stored data;
 // staged/gds/cpu runs also pass the store's checksum verification.
 // One "RESULT {json}" line per measurement on stdout.
@@ -46,7 +48,7 @@
 #define R (L * 2u)
 
 struct opts {
-	std::string store, modes = "h2d,raw,staged,gds,cpu", variants;
+	std::string store, modes = "h2d,raw,raw_h2d,staged,gds,cpu", variants;
 	unsigned tokens = 8192, runs = 3, threads = 0;
 	uint32_t chunk = 0;
 	int drop = 0, buffered = 0;
@@ -197,6 +199,77 @@ static void raw(const opts &o, const struct tt_geometry *g, unsigned threads)
 		cudaFreeHost(b);
 }
 
+// The staged design's ceiling without its GPU work: the same 4 MiB reads,
+// each followed by one async H2D copy of the pinned buffer (two buffers
+// per thread), no scatter, no hash. Between raw and h2d it shows what
+// reading and copying at once costs (both load host memory).
+static void raw_h2d(const opts &o, const struct tt_geometry *g, unsigned threads)
+{
+	const uint32_t rb = 4u << 20;
+	uint64_t total = tt_member_objs(g) * g->obj_stride, nreq = total / rb;
+	struct lane {
+		void *h[2];
+		void *d;
+		cudaStream_t s;
+		cudaEvent_t ev[2];
+	};
+	std::vector<lane> ls(threads);
+	const unsigned evf = cudaEventDisableTiming | cudaEventBlockingSync;
+
+	for (lane &l : ls)	// not timed
+		if (cudaHostAlloc(&l.h[0], rb, 0) || cudaHostAlloc(&l.h[1], rb, 0) ||
+		    cudaMalloc(&l.d, 2 * (size_t)rb) ||
+		    cudaStreamCreateWithFlags(&l.s, cudaStreamNonBlocking) ||
+		    cudaEventCreateWithFlags(&l.ev[0], evf) || cudaEventCreateWithFlags(&l.ev[1], evf))
+			die("raw_h2d buffers", -ENOMEM);
+	for (unsigned r = 0; r < o.runs; r++) {
+		int dropped = o.drop ? drop_caches() : 0;
+		int fd = open(o.store.c_str(), O_RDONLY | (o.buffered ? 0 : O_DIRECT));
+		std::atomic<uint64_t> next{0};
+		std::atomic<int> bad{0};
+		std::vector<std::thread> th;
+		double t0, c0;
+
+		if (fd < 0)
+			die("open for raw_h2d reads", -errno);
+		c0 = cpu_secs();
+		t0 = now();
+		for (unsigned k = 0; k < threads; k++)
+			th.emplace_back([&, k] {
+				lane &l = ls[k];
+				uint64_t q;
+
+				for (unsigned i = 0; (q = next++) < nreq; i++) {
+					unsigned b = i & 1;
+
+					cudaEventSynchronize(l.ev[b]);	// its last copy is done
+					if (pread(fd, l.h[b], rb, (off_t)(g->data_off + q * rb)) != (ssize_t)rb)
+						bad++;
+					if (cudaMemcpyAsync((char *)l.d + (size_t)b * rb, l.h[b], rb,
+							    cudaMemcpyHostToDevice, l.s) ||
+					    cudaEventRecord(l.ev[b], l.s))
+						bad++;
+				}
+				if (cudaStreamSynchronize(l.s))
+					bad++;
+			});
+		for (std::thread &t : th)
+			t.join();
+		double secs = now() - t0;
+
+		close(fd);
+		result(o, "raw_h2d", r, secs, nreq * rb, bad == 0, -1, cpu_secs() - c0, dropped, "");
+	}
+	for (lane &l : ls) {
+		cudaFreeHost(l.h[0]);
+		cudaFreeHost(l.h[1]);
+		cudaFree(l.d);
+		cudaEventDestroy(l.ev[0]);
+		cudaEventDestroy(l.ev[1]);
+		cudaStreamDestroy(l.s);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	opts o;
@@ -313,6 +386,8 @@ int main(int argc, char **argv)
 
 	if (want("raw"))
 		raw(o, g, threads);
+	if (want("raw_h2d"))
+		raw_h2d(o, g, threads);
 
 	// The paths at their defaults, then --variants "threads:chunk,..." of staged.
 	struct variant {
@@ -349,6 +424,7 @@ int main(int argc, char **argv)
 			      dp.threads, dp.chunk ? dp.chunk : 4u << 20, dp.tuned);
 		if ((ret = dp.open(&pp, &fpth))) {
 			std::printf("SKIP {\"mode\":\"%s\",\"why\":\"%s\"}\n", dp.name, tt_errmsg());
+			std::fflush(stdout);
 			continue;
 		}
 		if ((ret = tt_store_set_devpath(s, dp.ops, fpth)))
@@ -367,6 +443,7 @@ int main(int argc, char **argv)
 				// e.g. cuFile refusing this file system: say so, go on
 				std::printf("SKIP {\"mode\":\"%s\",\"why\":\"bind: %s\"}\n", dp.name,
 					    tt_errmsg());
+				std::fflush(stdout);
 				tt_txn_abort(t);
 				break;
 			}

@@ -24,7 +24,7 @@ import sys
 import time
 
 TITLE = "File store into HBM (H200)"
-MODES = ["staged", "gds", "cpu", "raw", "h2d"]
+MODES = ["staged", "gds", "cpu", "raw", "raw_h2d", "h2d"]
 
 
 def sh(cmd):
@@ -45,11 +45,36 @@ def run(args):
     ]
     t_end = time.time() + args.budget
     results, skips, logs = [], [], []
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "command": "python3 benchmarks/gpu_file_hbm.py run --bin " + args.bin,
+        "gpu": sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"),
+        "cpus": os.cpu_count(),
+        "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
+        "mem": sh("free -g | awk '/Mem:/{print $2}'") + " GiB",
+        "kernel": platform.release(),
+        "nvcc": sh("nvcc --version | tail -1"),
+        "disk": sh(f"df -T {disk_dir} | tail -1") + " | " + sh("lsblk -d -o NAME,SIZE,ROTA,MODEL | head -5 | tr '\\n' ';'"),
+        "shm": sh("df -T /dev/shm | tail -1"),
+        "cufile": sh("ls /usr/local/cuda*/lib64/libcufile.so* /usr/lib/x86_64-linux-gnu/libcufile.so* 2>/dev/null | head -3 | tr '\\n' ' '"),
+        "logs": logs,
+    }
+    data = {"meta": meta, "results": results, "skips": skips}
+
+    def save():
+        # After every configuration: a run cut short still leaves its results.
+        with open(args.out + ".tmp", "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(args.out + ".tmp", args.out)
+
+    save()
     for kind, path, tokens, extra in configs:
         left = t_end - time.time()
         if left < 20:
             logs.append(f"skipped {kind} {tokens}: budget spent")
             continue
+        # A hung path (e.g. cuFile) must not eat the later configurations' time.
+        left = min(left, args.config_limit)
         cmd = [args.bin, "--store", path, "--tokens", str(tokens), "--runs", str(args.runs)] + extra
         if args.threads:
             cmd += ["--threads", str(args.threads)]
@@ -80,23 +105,8 @@ def run(args):
                 s["kind"] = kind
                 skips.append(s)
                 print("  ", line, flush=True)
-    meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "command": "python3 benchmarks/gpu_file_hbm.py run --bin " + args.bin,
-        "gpu": sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"),
-        "cpus": os.cpu_count(),
-        "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
-        "mem": sh("free -g | awk '/Mem:/{print $2}'") + " GiB",
-        "kernel": platform.release(),
-        "nvcc": sh("nvcc --version | tail -1"),
-        "disk": sh(f"df -T {disk_dir} | tail -1") + " | " + sh("lsblk -d -o NAME,SIZE,ROTA,MODEL | head -5 | tr '\\n' ';'"),
-        "shm": sh("df -T /dev/shm | tail -1"),
-        "cufile": sh("ls /usr/local/cuda*/lib64/libcufile.so* /usr/lib/x86_64-linux-gnu/libcufile.so* 2>/dev/null | head -3 | tr '\\n' ' '"),
-        "logs": logs,
-    }
-    data = {"meta": meta, "results": results, "skips": skips}
-    with open(args.out, "w") as f:
-        json.dump(data, f, indent=1)
+        save()
+    save()
     print(render_section(data))
 
 
@@ -112,7 +122,7 @@ def render_section(data):
     m, res = data["meta"], data["results"]
     L = [f"## {TITLE}", ""]
     L += [f"Measured {m['date']} with:", "", "```",
-          "scripts/gpu/h200_run.sh --tests   # builds libtutti_gpu.so and benchmarks/*.cu there, then:",
+          "OUT=$OUT BUDGET=380 benchmarks/gpu_file_hbm_run.sh   # builds, gds_abi_check, test_gpu_staged, then:",
           m["command"], "```", ""]
     L.append(f"- Machine: {m['gpu']}; {m['cpus']} CPUs ({m['cpu_model'].strip()}), {m['mem']} RAM; "
              f"Linux {m['kernel']}; {m['nvcc']}")
@@ -130,7 +140,9 @@ def render_section(data):
              "host memory laid out like the GPU cache, XXH3 on the CPU, then one cudaMemcpyAsync per layer "
              "and span (next layer's reads in flight); `raw` = this program's threads reading the data "
              "region in 4 MiB preads into pinned memory (buffered for `ram`, O_DIRECT for `disk`): the "
-             "file-side ceiling; `h2d` = pinned → HBM cudaMemcpy, 256 MiB copies: the bus ceiling.")
+             "file-side ceiling; `raw_h2d` = the same reads, each copied to HBM as it lands (two pinned "
+             "buffers per thread): the staged path without its scatter and hashing; `h2d` = pinned → HBM "
+             "cudaMemcpy, 256 MiB copies: the bus ceiling.")
     L.append("")
     groups = {}
     for r in res:
@@ -148,7 +160,7 @@ def render_section(data):
             if not rs:
                 continue
             b = rs[0]["bytes"]
-            rel = lambda o: fmt(mg[mode] / mg[o]) if mg.get(o) and mode not in (o, "h2d", "raw") else "—"  # noqa: E731
+            rel = lambda o: fmt(mg[mode] / mg[o]) if mg.get(o) and mode not in (o, "h2d", "raw", "raw_h2d") else "—"  # noqa: E731
             ex = [r["bit_exact"] for r in rs if r["bit_exact"] >= 0]
             L.append(f"| {kind} | {tokens} | {b / 2**30:.2f} GiB | {mode} | **{fmt(mg[mode])}** | "
                      + " / ".join(f"{r['gbps']:.2f}" for r in rs)
@@ -159,6 +171,22 @@ def render_section(data):
             if mode in ("staged", "gds") and mg.get("raw") and mg.get("h2d"):
                 ratios[(kind, tokens, mode)] = (mg[mode], mg[mode] / min(mg["raw"], mg["h2d"]))
     L.append("")
+    # Where a RAM-backed store's time goes: file side, bus, both, the path.
+    notes = []
+    for (kind, tokens), by in sorted(groups.items()):
+        mg = {k: med([r["gbps"] for r in v]) for k, v in by.items()}
+        if kind != "ram" or not all(mg.get(k) for k in ("raw", "raw_h2d", "h2d", "staged")):
+            continue
+        ns = {k: med([r["cpu_us_per_layer"] * 32e3 / r["bytes"] for r in by[k]])
+              for k in ("raw", "raw_h2d", "staged")}
+        notes.append(f"- ram, {tokens} tokens: reading alone (raw) {mg['raw']:.1f} GB/s, copying alone (h2d) "
+                     f"{mg['h2d']:.1f}, both at once (raw_h2d) {mg['raw_h2d']:.1f} = "
+                     f"{mg['raw_h2d'] / mg['h2d']:.2f} × h2d; staged {mg['staged']:.1f} = "
+                     f"{mg['staged'] / mg['raw_h2d']:.2f} × raw_h2d. CPU time per byte moved: raw "
+                     f"{ns['raw']:.2f} ns, raw_h2d {ns['raw_h2d']:.2f} ns, staged {ns['staged']:.2f} ns "
+                     f"({m['cpus']} CPUs).")
+    if notes:
+        L += notes + [""]
     var = [r for r in res if r.get("variant")]
     if var:
         L.append("Staged path, other thread counts and run sizes (same run as above, 2 runs each; "
@@ -175,6 +203,12 @@ def render_section(data):
             L.append(f"| {kind} | {tokens} | {th or 'default'} | {ch >> 20} MiB | "
                      f"{fmt(med([r['gbps'] for r in rs]))} | " + " / ".join(f"{r['gbps']:.2f}" for r in rs)
                      + f" | {fmt(med([r['cpu_us_per_layer'] for r in rs]), '.0f')} |")
+        L.append("")
+    bad = [x for x in m.get("logs", []) if not re.search(r": exit 0;", x)]
+    if bad:
+        L.append("Runs that did not end cleanly (their measurements up to then are above):")
+        L.append("")
+        L += [f"- `{x}`" for x in bad]
         L.append("")
     if data.get("skips"):
         for s in {(s["mode"], s["why"]) for s in data["skips"]}:
@@ -231,6 +265,7 @@ def main():
     r.add_argument("--runs", type=int, default=3)
     r.add_argument("--threads", type=int, default=0)
     r.add_argument("--budget", type=float, default=200, help="seconds for all configurations")
+    r.add_argument("--config-limit", type=float, default=150, help="seconds for one configuration at most")
     r.set_defaults(fn=run)
     d = sub.add_parser("render")
     d.add_argument("--json", required=True)

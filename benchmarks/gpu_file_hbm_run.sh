@@ -2,7 +2,7 @@
 # On the GPU machine: build libtutti_gpu.so, test_gpu_staged and gpu_file_hbm,
 # check cufile_min.h against a real cufile.h if one is there, run the test,
 # then the benchmark within what is left of BUDGET seconds. Results: $OUT.
-#   OUT=build/h200/out BUDGET=330 benchmarks/gpu_file_hbm_run.sh
+#   OUT=build/h200/out BUDGET=380 benchmarks/gpu_file_hbm_run.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -34,11 +34,17 @@ else
 fi
 wait $p1 && wait $p2 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - T0 )) s" | tee -a "$OUT/build.log"
-timeout 120 $B/test_gpu_staged >"$OUT/test_gpu_staged.log" 2>&1
+# The test gives itself 50 s (each case in its own process); 60 s at most.
+timeout -k 5 60 $B/test_gpu_staged >"$OUT/test_gpu_staged.log" 2>&1
 echo "test_gpu_staged exit $?" | tee -a "$OUT/test_gpu_staged.log"
-grep -E "^not ok|^1\.\.|Bail" "$OUT/test_gpu_staged.log"
+grep -E "^not ok|^1\.\.|Bail|signal|hung" "$OUT/test_gpu_staged.log"
+# The benchmark gets what is left; it rewrites its JSON after every
+# configuration, so a run cut short still leaves what it measured.
 LEFT=$(( BUDGET - ($(date +%s) - T0) ))
+echo "benchmark budget ${LEFT} s"
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_file_hbm.py run --bin $B/gpu_file_hbm --out "$OUT/gpu_file_hbm.json" \
 	--disk-dir $B/disk --budget $LEFT >"$OUT/bench.log" 2>&1
 echo "bench exit $? after $(( $(date +%s) - T0 )) s"
+# cuFile logs why it refused a file (its default: ./cufile.log).
+[ -f cufile.log ] && tail -c 200000 cufile.log >"$OUT/cufile.log"
 tail -5 "$OUT/bench.log"

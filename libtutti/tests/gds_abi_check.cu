@@ -27,6 +27,10 @@ static_assert(std::is_same<decltype(&cuFileWrite), decltype(tt_cufile_api::write
 static_assert(std::is_same<decltype(&cuFileHandleDeregister),
 			   decltype(tt_cufile_api::handle_deregister)>::value, "cuFileHandleDeregister");
 
+#ifdef cuFileDriverClose	// newer headers map it to the reference-counted _v2
+static_assert(sizeof(cuFileDriverClose_v2()) == sizeof(struct tt_cufile_error), "cuFileDriverClose_v2");
+#endif
+
 int tt_gds_abi_checked(void)
 {
 	return 1;

@@ -8,6 +8,12 @@
 // with tt_txn_layer_order(), and a corrupted object caught by the GPU
 // checksums (block -EBADMSG, dropped; its neighbours intact). The GDS path
 // is skipped where libcufile.so.0 is missing. Without a GPU: exit 77.
+//
+// Every case runs in a child process (the parent makes no CUDA call, so
+// the children can): its TAP lines come back through a pipe, renumbered,
+// one line at a time. A case that crashes or hangs fails a check of its
+// own ("process ran to the end") and the next case still runs; the output
+// shows the last check it passed, and whether it died at exit.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +25,11 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -71,8 +82,10 @@ struct paged {
 	{
 		size_t bytes = (size_t)LAYERS * 2 * n * SPAN;
 
-		cudaMalloc(&dev, bytes);
-		cudaMemset(dev, 0, bytes);
+		if (cudaMalloc(&dev, bytes) != cudaSuccess)
+			dev = nullptr;
+		else
+			cudaMemset(dev, 0, bytes);
 		for (uint32_t m = 0; m < LAYERS * 2; m++) {
 			base.push_back((uint64_t)(uintptr_t)dev + (uint64_t)m * n * SPAN);
 			stride.push_back(SPAN);
@@ -183,12 +196,16 @@ static void run(const struct cfg *c)
 		paged src(NBLK);
 		std::vector<uint32_t> ids = shuffled_ids(N, NBLK, 1 + c->members);
 
+		if (!tap_ok(src.dev != nullptr, "[%s] %u paged blocks in GPU memory", name, NBLK))
+			goto out;
 		for (uint32_t i = 0; i < N; i++) {
 			src.set_block(ids[i], pattern(1000 + i));
 			key_of(i, 1, &keys[i * TT_KEY_BYTES]);
 		}
-		if (!tap_eq(tt_store_write_begin(s, keys.data(), N, &t), 0, "[%s] write_begin", name) ||
-		    !tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind write to device", name))
+		if (!tap_eq(tt_store_write_begin(s, keys.data(), N, &t), 0, "[%s] write_begin", name))
+			goto out;
+		ret = tt_txn_bind_device(t, ids.data());
+		if (!tap_eq(ret, 0, "[%s] bind write to device (%s)", name, ret ? tt_errmsg() : "ok"))
 			goto out;
 		ret = 0;
 		for (uint32_t l = 0; l < LAYERS; l++)
@@ -215,6 +232,8 @@ static void run(const struct cfg *c)
 		std::vector<char> l0((size_t)NBLK * SPAN);
 		bool ordered = true;
 
+		if (!tap_ok(dst.dev != nullptr, "[%s] %u paged blocks in GPU memory", name, NBLK))
+			goto out;
 		for (uint32_t i = 0; i < N; i++) {
 			key_of(i, 2, &keys2[i * TT_KEY_BYTES]);
 			tt_store_put(s, &keys2[i * TT_KEY_BYTES], pattern(5000 + i).data(),
@@ -297,37 +316,176 @@ out:
 	tt_file_path_close(path);
 }
 
-int main(void)
+static const struct cfg cfgs[] = {
+	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2 },
+	{ "gds", tt_gds_open, &tt_gds_ops, 1, 0, 0, 0 },
+	{ "gds", tt_gds_open, &tt_gds_ops, 2, 4, 64 << 10, 3 },
+};
+#define N_CFGS (sizeof(cfgs) / sizeof(cfgs[0]))
+#define DONE_MARK "case done"
+#define GDS_MARK "gds: available"
+#define TEST_SECS 50.0	// all cases; the runner allows the test 60 s
+
+// In the child. @k < 0: is there a device, does the GDS path open.
+static int child_case(int k)
 {
-	const char *td = std::getenv("TMPDIR");
-	char dir[256];
 	struct tt_file_path *probe = nullptr;
 	int gds;
 
 	require_device();
+	if (k >= 0) {
+		run(&cfgs[k]);
+		return tap_failed ? 1 : 0;
+	}
+	gds = tt_gds_open(nullptr, &probe);
+	if (gds == 0) {
+		tt_file_path_close(probe);
+		tap_diag(GDS_MARK);
+	} else {
+		tap_diag("GDS path not run: %s", tt_errmsg());
+	}
+	tap_ok(gds == 0 || gds == -ENOSYS, "gds: opens, or says -ENOSYS (%d)", gds);
+	return tap_failed ? 1 : 0;
+}
+
+static double mono(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+// One line from a child: checks renumbered into ours, the rest as comments.
+static void relay(const std::string &ln, unsigned *checks, bool *done, bool *gds)
+{
+	bool ok = ln.compare(0, 3, "ok ") == 0, nok = ln.compare(0, 7, "not ok ") == 0;
+	size_t d = ln.find(" - ");
+
+	if (ln.empty())
+		return;
+	if ((ok || nok) && d != std::string::npos) {
+		(*checks)++;
+		tap_ok(ok, "%s", ln.c_str() + d + 3);
+	} else if (ln.compare(0, 3, "1..") == 0) {
+		return;	// the child's plan: ours is printed at the end
+	} else if (ln == "# " DONE_MARK) {
+		*done = true;
+	} else {
+		if (ln == "# " GDS_MARK)
+			*gds = true;
+		std::printf("%s%s\n", ln.compare(0, 1, "#") ? "# " : "", ln.c_str());
+	}
+}
+
+// Run case @k in a child for at most @secs; 77: no device (probe only).
+static int spawn_case(int k, const char *label, double secs, bool *gds)
+{
+	std::string buf;
+	unsigned checks = 0;
+	bool done = false, hung = false;
+	double end = mono() + secs;
+	int pfd[2], st = 0;
+	pid_t pid;
+
+	std::fflush(stdout);
+	if (pipe(pfd) || (pid = fork()) < 0) {
+		tap_ok(false, "[%s] start a process: %s", label, std::strerror(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);	// no orphan if the runner kills us
+		close(pfd[0]);
+		dup2(pfd[1], 1);
+		dup2(pfd[1], 2);
+		close(pfd[1]);
+		tap_count = tap_failed = 0;
+		int rc = child_case(k);
+
+		std::printf("\n# " DONE_MARK "\n");	// on a line of its own
+		std::fflush(stdout);
+		std::exit(rc);	// a plain exit: a crash in exit handlers must show
+	}
+	close(pfd[1]);
+	for (;;) {
+		struct pollfd p = { pfd[0], POLLIN, 0 };
+		double left = end - mono();
+		char b[4096];
+		ssize_t r;
+
+		if (left <= 0) {
+			hung = true;
+			break;
+		}
+		if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+			continue;
+		r = read(pfd[0], b, sizeof(b));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		buf.append(b, (size_t)r);
+		for (size_t nl; (nl = buf.find('\n')) != std::string::npos; buf.erase(0, nl + 1))
+			relay(buf.substr(0, nl), &checks, &done, gds);
+	}
+	if (!buf.empty() && !hung)
+		relay(buf, &checks, &done, gds);
+	close(pfd[0]);
+	if (hung)
+		kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	if (k < 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		return 77;
+	if (hung)
+		tap_ok(false, "[%s] process ran to the end: hung, killed after %.0f s (after %u checks)",
+		       label, secs, checks);
+	else if (WIFSIGNALED(st))
+		tap_ok(false, "[%s] process ran to the end: signal %d (%s) %s %u checks", label,
+		       WTERMSIG(st), strsignal(WTERMSIG(st)), done ? "at exit, after all its" : "after",
+		       checks);
+	else
+		tap_ok(done, "[%s] process ran to the end (exit %d, %u checks)", label, WEXITSTATUS(st),
+		       checks);
+	return 0;
+}
+
+int main(void)
+{
+	const char *td = std::getenv("TMPDIR");
+	double end = mono() + TEST_SECS;
+	char dir[256];
+	bool gds = false;
+
+	// No CUDA here: the children could not use it after the parent had.
+	setvbuf(stdout, nullptr, _IOLBF, 0);
 	std::snprintf(dir, sizeof(dir), "%s/tt_gpu_staged.XXXXXX", td ? td : "/tmp");
 	if (!mkdtemp(dir)) {
 		std::printf("Bail out! mkdtemp failed\n");
 		return 1;
 	}
 	tmpdir = dir;
-	const struct cfg cfgs[] = {
-		{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0 },
-		{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0 },
-		{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2 },
-		{ "gds", tt_gds_open, &tt_gds_ops, 1, 0, 0, 0 },
-		{ "gds", tt_gds_open, &tt_gds_ops, 2, 4, 64 << 10, 3 },
-	};
+	if (spawn_case(-1, "device and GDS probe", 20, &gds) == 77) {
+		rmdir(dir);
+		std::printf("1..0 # SKIP no CUDA device\n");
+		return 77;
+	}
+	for (unsigned k = 0; k < N_CFGS; k++) {
+		const struct cfg *c = &cfgs[k];
+		char label[96];
+		double left = end - mono();
 
-	gds = tt_gds_open(nullptr, &probe);
-	if (gds == 0)
-		tt_file_path_close(probe);
-	else
-		tap_diag("GDS path not run: %s", tt_errmsg());
-	tap_ok(gds == 0 || gds == -ENOSYS, "gds: opens, or says -ENOSYS (%d)", gds);
-	for (const struct cfg &c : cfgs)
-		if (c.ops != &tt_gds_ops || gds == 0)
-			run(&c);
+		std::snprintf(label, sizeof(label), "%s, %u member(s), stripe %u, chunk %u KiB, %u threads",
+			      c->path, c->members, c->stripe, c->chunk >> 10, c->threads);
+		if (c->ops == &tt_gds_ops && !gds)
+			continue;
+		if (left < 2) {
+			tap_ok(false, "[%s] not run: the test's %.0f s are spent", label, TEST_SECS);
+			continue;
+		}
+		spawn_case((int)k, label, std::min(20.0, left), &gds);
+	}
 	unlink((tmpdir + "/m0.img").c_str());
 	unlink((tmpdir + "/m1.img").c_str());
 	rmdir(dir);

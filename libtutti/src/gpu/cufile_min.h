@@ -36,6 +36,8 @@ typedef void *tt_cufile_handle;
 
 struct tt_cufile_api {
 	struct tt_cufile_error (*driver_open)(void);
+	/* cuFileDriverClose_v2: reference counted (cufile.h maps the name) */
+	struct tt_cufile_error (*driver_close)(void);
 	struct tt_cufile_error (*handle_register)(tt_cufile_handle *fh,
 						   struct tt_cufile_descr *descr);
 	void (*handle_deregister)(tt_cufile_handle fh);

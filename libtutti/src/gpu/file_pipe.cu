@@ -197,9 +197,10 @@ static void layer_finish(struct tt_file_path *fp, struct fp_layer *ly)
 
 static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
 {
+	cudaSetDevice(fp->device);	// before the lock: may create the context
+
 	std::unique_lock<std::mutex> lk(fp->mu);
 
-	cudaSetDevice(fp->device);
 	for (;;) {
 		struct fp_layer *ly;
 
@@ -288,13 +289,46 @@ static int fp_alloc(struct tt_file_path *fp)
 	return 0;
 }
 
+// Load both kernels now. With lazy loading (CUDA's default) a kernel's
+// first launch loads its module, which can wait for the device to go idle;
+// from a worker, or from the caller's thread while the workers keep the
+// copy engines busy (or another user's kernel waits on host threads, as
+// the emulated controller's do), that stalls the pipeline or deadlocks.
+static int fp_preload(struct tt_file_path *fp)
+{
+	struct cudaFuncAttributes fa;
+	struct tt_gpu_sum_layer d;
+	uint32_t *buf = nullptr;
+	int ret = -EIO;
+
+	if (cudaFuncGetAttributes(&fa, fp_move_kernel) != cudaSuccess ||
+	    cudaMalloc(&buf, 8192) != cudaSuccess)
+		goto out;
+	// One 1 KiB object hashed for real: loads the hash kernel's module too.
+	memset(&d, 0, sizeof(d));
+	d.geo.n_layers = 1;
+	d.geo.n_spans = 1;
+	d.geo.span_bytes = 1024;
+	d.geo.obj_stride = 4096;
+	d.n_blocks = 1;
+	d.block_ids = buf;		// block 0
+	d.base[0] = (uint64_t)(uintptr_t)buf + 4096;
+	d.sums = (uint64_t *)(buf + 16);
+	if (cudaMemsetAsync(buf, 0, 8192, fp->ctl) == cudaSuccess &&
+	    !tt_gpu_sum_layer(&d, fp->ctl) && cudaStreamSynchronize(fp->ctl) == cudaSuccess)
+		ret = 0;
+out:
+	cudaFree(buf);
+	return ret;
+}
+
 int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	    void *priv, struct tt_file_path **out)
 {
 	struct tt_file_path_params d = {};
 	struct tt_file_path *fp;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int ret;
+	int ret, prev;
 
 	if (p)
 		d = *p;
@@ -320,19 +354,30 @@ int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	fp->depth = d.depth;
 	fp->chunk_bytes = d.chunk_bytes;
 	fp->w.resize(d.n_threads);
+	// Streams, chunks and kernels belong to @device; the caller's current
+	// device is put back before returning.
+	if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(d.device) != cudaSuccess) {
+		delete fp;
+		return tt_seterr(-EIO, "%s path: cannot use CUDA device %d", be->name, d.device);
+	}
 	ret = fp_alloc(fp);
 	if (ret) {
-		fp_free(fp);
-		return tt_seterr(ret, "%s path: cannot allocate %u x %u chunks of %u B: %s",
-				 be->name, d.n_threads, d.depth, d.chunk_bytes,
-				 cudaGetErrorString(cudaGetLastError()));
+		tt_seterr(ret, "%s path: cannot allocate %u x %u chunks of %u B: %s", be->name,
+			  d.n_threads, d.depth, d.chunk_bytes, cudaGetErrorString(cudaGetLastError()));
+	} else if (fp_preload(fp)) {
+		ret = tt_seterr(-EIO, "%s path: loading the kernels failed: %s", be->name,
+				cudaGetErrorString(cudaGetLastError()));
+	} else if (be->init) {
+		ret = be->init(fp);
 	}
-	if (be->init && (ret = be->init(fp))) {
+	if (ret) {
 		fp_free(fp);
+		cudaSetDevice(prev);
 		return ret;
 	}
 	for (struct fp_worker &w : fp->w)
 		w.th = std::thread(worker_main, fp, &w);
+	cudaSetDevice(prev);
 	*out = fp;
 	return 0;
 }
@@ -483,12 +528,15 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 		}
 	}
 	ret = txn_device(t, ti->block_ids);
-	if (!ret && fp->be->txn_open)
-		ret = fp->be->txn_open(t);
 	if (ret) {
 		txn_free(t);
 		return tt_seterr(ret, "%s path: transaction setup failed (%s)", fp->be->name,
 				 ret == -ENOMEM ? "device memory" : "CUDA");
+	}
+	// The backend's own reason (e.g. the cuFile error) stays in tt_errmsg().
+	if (fp->be->txn_open && (ret = fp->be->txn_open(t))) {
+		txn_free(t);
+		return ret;
 	}
 	for (uint32_t l = 0; l < L; l++)
 		t->layers[l].dtags = t->d_tags + (size_t)l * t->n * S;

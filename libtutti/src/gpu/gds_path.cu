@@ -45,6 +45,18 @@ static void *cf_dlopen(void)
 	return h;
 }
 
+// Close the driver at exit while CUDA still works: cuFile's implicit close
+// at unload makes CUDA calls after the runtime's teardown, a reported way
+// for cuFile programs to die with SIGSEGV after main returns (cudf#17121).
+// Registered after the runtime was initialised, so atexit runs it first.
+// Only the reference-counted _v2 close: the old one would tear the driver
+// down under other users in the process.
+static void cf_close_at_exit(void)
+{
+	if (cf.driver_close)
+		cf.driver_close();
+}
+
 static void cf_load(void)
 {
 	void *h = cf_dlopen();
@@ -63,10 +75,17 @@ static void cf_load(void)
 	*(void **)&cf.buf_deregister = cf_sym(h, "cuFileBufDeregister");
 	*(void **)&cf.read = cf_sym(h, "cuFileRead");
 	*(void **)&cf.write = cf_sym(h, "cuFileWrite");
+	*(void **)&cf.driver_close = dlsym(h, "cuFileDriverClose_v2");	// optional
 	if (cf_state)
 		return;
-	// The driver stays open for the process: cuFile closes it at exit,
-	// and other users in the process (PyTorch, KvikIO) may share it.
+	// cuFileDriverOpen fails in a process that has made no CUDA call yet.
+	if (cudaFree(nullptr) != cudaSuccess) {
+		cf_state = -EIO;
+		snprintf(cf_why, sizeof(cf_why), "GDS: no CUDA device");
+		return;
+	}
+	// Open for the rest of the process (other users, PyTorch or KvikIO,
+	// may share it: the _v2 close counts references), closed at exit.
 	struct tt_cufile_error e = cf.driver_open();
 
 	if (e.err != TT_CU_FILE_SUCCESS) {
@@ -75,6 +94,8 @@ static void cf_load(void)
 			 "(CUDA %d)", e.err, e.cu_err);
 		return;
 	}
+	if (cf.driver_close)
+		atexit(cf_close_at_exit);
 	cf_state = 1;
 }
 
@@ -109,10 +130,12 @@ static int gds_txn_open(struct fp_txn *t)
 		d.handle.fd = t->fds[m];
 		e = cf.handle_register(&t->fh[m], &d);
 		if (e.err != TT_CU_FILE_SUCCESS) {
+			tt_seterr(-EIO, "gds path: cuFileHandleRegister (member %u, fd %d) failed: "
+				  "cuFile error %d (CUDA %d); cufile.log says why", m, t->fds[m],
+				  e.err, e.cu_err);
 			while (m--)
 				cf.handle_deregister(t->fh[m]);
-			return tt_seterr(-EIO, "cuFileHandleRegister (member %u): cuFile error %d",
-					 m, e.err);
+			return -EIO;
 		}
 	}
 	return 0;
