@@ -392,6 +392,10 @@ static void test_order(struct rig *r, unsigned nb, unsigned key0)
 }
 
 // CPU time of tt_txn_layer() (one layer's submission) against the block count.
+// Each layer is waited for before the next is submitted: only the submission
+// is timed, and no queue of launches builds up behind a spinning gio kernel
+// (on the H200 this case, with every layer in flight, stopped making progress;
+// why is not established, see docs/gpu.md).
 static void test_cpu_per_layer(struct rig *r, unsigned key0)
 {
 	const unsigned counts[] = { 8, 64, 256 };
@@ -405,16 +409,29 @@ static void test_cpu_per_layer(struct rig *r, unsigned key0)
 		std::vector<int32_t> st(nb);
 		struct tt_txn *t;
 		double best = 1e30;
+		int rc;
 
 		for (unsigned i = 0; i < nb; i++)
 			key_of(key0 + c * 1000 + i, &keys[(size_t)i * TT_KEY_BYTES]);
-		tt_store_write_begin(r->s, keys.data(), nb, &t);
-		tt_txn_bind_device(t, ids.data());
-		run_layers(r, t, st.data());
+		rc = tt_store_write_begin(r->s, keys.data(), nb, &t);
+		if (!rc)
+			rc = tt_txn_bind_device(t, ids.data());
+		if (rc) {
+			tap_eq(rc, 0, "[%s] timing: store %u blocks (%s)", r->what, nb, tt_errmsg());
+			return;
+		}
+		rc = run_layers(r, t, st.data());
 		tt_store_lookup(r->s, keys.data(), nb, slots.data());
-		for (unsigned rep = 0; rep < 5; rep++) {
-			tt_store_read_begin(r->s, slots.data(), nb, &t);
-			tt_txn_bind_device(t, ids.data());
+		for (unsigned rep = 0; rep < 5 && rc == (int)nb; rep++) {
+			if (tt_store_read_begin(r->s, slots.data(), nb, &t)) {
+				rc = -1;
+				break;
+			}
+			if (tt_txn_bind_device(t, ids.data())) {
+				tt_txn_abort(t);
+				rc = -1;
+				break;
+			}
 			for (uint32_t l = 0; l < L; l++) {
 				auto t0 = std::chrono::steady_clock::now();
 
@@ -422,8 +439,14 @@ static void test_cpu_per_layer(struct rig *r, unsigned key0)
 				std::chrono::duration<double, std::micro> d =
 					std::chrono::steady_clock::now() - t0;
 				best = std::min(best, d.count());
+				tt_txn_wait_layer(t, l);
 			}
 			tt_txn_finish(t, st.data());
+		}
+		if (rc != (int)nb) {
+			tap_eq(rc, (int)nb, "[%s] timing: %u blocks stored and read (%s)", r->what, nb,
+			       tt_errmsg());
+			return;
 		}
 		us[c] = best;
 		tap_diag("[%s] CPU time of tt_txn_layer(): %u blocks (%u objects): %.1f us",
@@ -434,7 +457,7 @@ static void test_cpu_per_layer(struct rig *r, unsigned key0)
 }
 
 static void run_case(const char *what, const char *root, unsigned nmem,
-		     const struct tt_gio_path_params *pp, unsigned nb, bool all)
+		     const struct tt_gio_path_params *pp, unsigned nb, bool order, bool timing)
 {
 	struct rig r = {};
 	struct tt_emu_stats es;
@@ -445,10 +468,10 @@ static void run_case(const char *what, const char *root, unsigned nmem,
 	if (rc)
 		return;
 	test_round_trips(&r, nb, 1000);
-	if (all) {
+	if (order)
 		test_order(&r, nb, 5000);
+	if (timing)
 		test_cpu_per_layer(&r, 9000);
-	}
 	tt_emu_get_stats(tt_gio_path_emu(r.gp), &es);
 	tap_diag("[%s] emulated controller: %llu commands, %llu errors, %llu SQ wraps", what,
 		 (unsigned long long)es.cmds, (unsigned long long)es.errors,
@@ -477,8 +500,10 @@ int main(void)
 	small.n_queues = 16;
 	small.depth = 64;
 	small.n_threads = 4;
-	run_case("1 member, SGL", "/tmp", 1, &sgl, 40, true);
-	run_case("2 members, PRP", "/dev/shm", 2, &prp, 40, false);
-	run_case("2 members, 16 queues x 64", "/tmp", 2, &small, 200, true);
+	// Correctness first; the timing case last (it is the one that stalled on the H200).
+	run_case("1 member, SGL", "/tmp", 1, &sgl, 40, true, false);
+	run_case("2 members, PRP", "/dev/shm", 2, &prp, 40, false, false);
+	run_case("2 members, 16 queues x 64", "/tmp", 2, &small, 200, true, false);
+	run_case("1 member, timing", "/tmp", 1, &sgl, 8, false, true);
 	return tap_done();
 }
