@@ -40,10 +40,12 @@ static uint32_t dio_mem_align(int fd, int is_blk)
 /*
  * A process killed with I/O in flight keeps its files (and so its flock and
  * exclusive block-device claim) until the kernel finishes tearing down its
- * io_uring, a few milliseconds later.  A restarted server must not fail on
- * that, so busy is retried for a bounded time before it is believed.
+ * io_uring, a few milliseconds later (over a second was seen on a loaded
+ * 2-core machine, with O_DIRECT writes still draining).  A restarted server
+ * must not fail on that, so busy is retried for a bounded time before it is
+ * believed.
  */
-#define BUSY_RETRY_MS	1000
+#define BUSY_RETRY_MS	3000
 #define BUSY_STEP_MS	10
 
 static void sleep_ms(unsigned ms)
