@@ -100,17 +100,28 @@ struct tutti_ctrl {
 	unsigned int n_ns;
 };
 
-/* A queue pair created by a process. */
+struct tutti_p2p;
+
+/*
+ * A queue pair created by a process.  A ring not in the module's own DMA
+ * memory (sq_peer / cq_peer) lives at a bus address of device memory: a
+ * peer controller's CMB (@peer holds that controller) or a pinned GPU range
+ * (@p2p holds the mapping's bookkeeping, not the pin itself: see
+ * tutti_p2p.c for what happens when the GPU driver takes the memory back).
+ */
 struct tutti_uq {
-	struct list_head node;
+	struct list_head node;	/* in tutti_file.queues (c->lock and f->qlock) */
 	u16 qid;
 	u32 depth;
 	void *sq;
 	dma_addr_t sq_dma;
 	size_t sq_bytes;
 	bool sq_peer;
+	bool cq_peer;
 	bool live;		/* created on the controller, counted */
+	bool revoked;		/* deleted on the controller by a GPU revocation */
 	struct tutti_ctrl *peer;	/* holds a reference while the SQ is there */
+	struct tutti_p2p *p2p;		/* GPU range holding a ring, referenced */
 	void *cq;
 	dma_addr_t cq_dma;
 	size_t cq_bytes;
@@ -128,13 +139,27 @@ struct tutti_dma {
 	bool mapped;
 };
 
+/*
+ * An open node.  Reference counted because a pinned GPU range (tutti_p2p.c)
+ * can outlive the file's release by the time its teardown takes, and its
+ * revocation callback reaches the file's queues.
+ */
 struct tutti_file {
-	struct tutti_ctrl *ctrl;
+	struct kref ref;
+	struct tutti_ctrl *ctrl;	/* referenced */
 	struct tutti_ns *ns;	/* NULL on the controller node */
 	struct file *filp;
 	struct list_head node;	/* in ctrl->files */
 	struct list_head queues;
+	/*
+	 * Taken inside c->lock around changes to @queues and around deleting
+	 * a queue on the controller; the GPU revocation callback takes it
+	 * alone (never c->lock, which is held across user-memory access).
+	 * Holders only touch the list and run admin commands.
+	 */
+	struct mutex qlock;
 	struct xarray dmas;
+	struct xarray p2ps;	/* GPU ranges (TUTTI_IOC_P2P_MAP), c->lock */
 };
 
 /* tutti_ctrl.c */
@@ -151,12 +176,14 @@ int tutti_admin_passthru(struct tutti_ctrl *c, struct nvme_command *cmd,
 int tutti_kio(struct tutti_ns *ns, bool write, u64 lba, u32 nlb, u32 *status);
 int tutti_kflush(struct tutti_ns *ns);
 int tutti_status_errno(u16 status);
+void tutti_ctrl_kill(struct tutti_ctrl *c, const char *why);
 
 /* tutti_queue.c */
 int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg);
 int tutti_queue_delete(struct tutti_file *f, u32 qid);
 void tutti_queues_release(struct tutti_file *f);
 struct tutti_uq *tutti_queue_find(struct tutti_file *f, u32 qid);
+void tutti_queues_revoke(struct tutti_file *f);
 
 /* tutti_dma.c */
 int tutti_dma_map(struct tutti_file *f, struct tutti_dma_map *arg);
@@ -168,9 +195,53 @@ void tutti_cmb_setup(struct tutti_ctrl *c);
 int tutti_cmb_mmap(struct tutti_ctrl *c, struct vm_area_struct *vma, u64 off);
 struct tutti_ctrl *tutti_peer_get(int fd);
 
+/*
+ * GPU memory through NVIDIA's peer-to-peer API (tutti_p2p.c, built only
+ * with NV_P2P_INC=<dir of nv-p2p.h>, which defines TUTTI_NV_P2P).  The
+ * argument checks are common to both builds, so a module without the
+ * NVIDIA path still refuses malformed requests with -EINVAL before it says
+ * -EOPNOTSUPP.
+ */
+int tutti_p2p_check_map(const struct tutti_p2p_map *arg);
+#ifdef TUTTI_NV_P2P
+#define TUTTI_HAVE_NV_P2P	1
+int tutti_p2p_map(struct tutti_file *f, struct tutti_p2p_map *arg);
+int tutti_p2p_unmap(struct tutti_file *f, u32 handle);
+void tutti_p2p_detach_all(struct tutti_file *f, struct list_head *out);
+void tutti_p2p_teardown_list(struct list_head *list);
+int tutti_p2p_place_ring(struct tutti_file *f, struct tutti_uq *q, u32 handle,
+			 u64 off, size_t bytes, dma_addr_t *bus);
+void tutti_p2p_ring_put(struct tutti_uq *q);
+bool tutti_p2p_ring_live(struct tutti_uq *q);
+#else
+#define TUTTI_HAVE_NV_P2P	0
+static inline int tutti_p2p_map(struct tutti_file *f, struct tutti_p2p_map *arg)
+{
+	return -EOPNOTSUPP;
+}
+static inline int tutti_p2p_unmap(struct tutti_file *f, u32 handle)
+{
+	return -EOPNOTSUPP;
+}
+static inline void tutti_p2p_detach_all(struct tutti_file *f, struct list_head *out) { }
+static inline void tutti_p2p_teardown_list(struct list_head *list) { }
+static inline int tutti_p2p_place_ring(struct tutti_file *f, struct tutti_uq *q,
+				       u32 handle, u64 off, size_t bytes,
+				       dma_addr_t *bus)
+{
+	return -EOPNOTSUPP;
+}
+static inline void tutti_p2p_ring_put(struct tutti_uq *q) { }
+static inline bool tutti_p2p_ring_live(struct tutti_uq *q)
+{
+	return true;
+}
+#endif
+
 /* tutti_main.c */
 extern const struct file_operations tutti_fops;
 void tutti_ctrl_put(struct tutti_ctrl *c);
 void tutti_vma_init(struct vm_area_struct *vma);
+void tutti_file_put(struct tutti_file *f);
 
 #endif

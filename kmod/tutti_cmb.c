@@ -6,7 +6,7 @@
  * enables the CMB of every controller it binds, lets a process map it
  * (uncached) and hands its bus address out, so that another controller's
  * SQ and read data can live there.  A GPU's memory exposed through
- * NVIDIA's peer-to-peer API (tutti_nvp2p.c) enters the same way: a bus
+ * NVIDIA's peer-to-peer API (tutti_p2p.c) enters the same way: a bus
  * address range plus a CPU/GPU mapping owned by someone else.
  */
 #include <linux/file.h>

@@ -128,6 +128,22 @@ static void tutti_kq_free(struct tutti_ctrl *c, struct tutti_kq *q)
 	q->cq = NULL;
 }
 
+/**
+ * tutti_ctrl_kill() - stop all DMA of a controller that must not go on
+ * @c: a bound controller (its BAR mapped)
+ * @why: logged
+ *
+ * Used when the module cannot prove a queue stopped (a delete that failed
+ * while the memory it addressed is being taken away): CC.EN=0 ends every
+ * queue's DMA; the controller is then dead until rebound.
+ */
+void tutti_ctrl_kill(struct tutti_ctrl *c, const char *why)
+{
+	dev_err(&c->pdev->dev, "%s: controller disabled\n", why);
+	WRITE_ONCE(c->dead, true);
+	writel(0, c->bar + NVME_REG_CC);
+}
+
 int tutti_status_errno(u16 status)
 {
 	if (!status)

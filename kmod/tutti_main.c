@@ -7,8 +7,9 @@
  * controller it creates /dev/tuttiN and /dev/tuttiNnM (one per active
  * namespace); the file operations here check arguments and dispatch to
  * tutti_ctrl.c (bring-up, the module's own queues), tutti_queue.c (queue
- * pairs of a process), tutti_dma.c (pinned buffers) and tutti_cmb.c (peer
- * memory).  The user interface is include/uapi/tutti.h.
+ * pairs of a process), tutti_dma.c (pinned buffers), tutti_cmb.c (peer
+ * memory) and, when built with NVIDIA's nv-p2p.h, tutti_p2p.c (GPU memory).
+ * The user interface is include/uapi/tutti.h.
  */
 #include <linux/capability.h>
 #include <linux/dma-mapping.h>
@@ -69,6 +70,23 @@ static u64 tutti_ns_bytes(const struct tutti_ns *ns)
 	return ns->nsze << ns->lba_shift;
 }
 
+static void tutti_file_release(struct kref *ref)
+{
+	struct tutti_file *f = container_of(ref, struct tutti_file, ref);
+	struct tutti_ctrl *c = f->ctrl;
+
+	xa_destroy(&f->dmas);
+	xa_destroy(&f->p2ps);
+	kfree(f);
+	tutti_ctrl_put(c);
+}
+
+/* The last reference: the file's own, or a GPU range's (tutti_p2p.c). */
+void tutti_file_put(struct tutti_file *f)
+{
+	kref_put(&f->ref, tutti_file_release);
+}
+
 static int tutti_open(struct inode *inode, struct file *file)
 {
 	struct miscdevice *misc = file->private_data;
@@ -79,11 +97,14 @@ static int tutti_open(struct inode *inode, struct file *file)
 	f = kzalloc(sizeof(*f), GFP_KERNEL);
 	if (!f)
 		return -ENOMEM;
+	kref_init(&f->ref);
 	f->ctrl = c;
 	f->ns = node->ns;
 	f->filp = file;
 	INIT_LIST_HEAD(&f->queues);
+	mutex_init(&f->qlock);
 	xa_init_flags(&f->dmas, XA_FLAGS_ALLOC1);
+	xa_init_flags(&f->p2ps, XA_FLAGS_ALLOC1);
 	mutex_lock(&c->lock);
 	if (c->gone) {
 		mutex_unlock(&c->lock);
@@ -104,6 +125,7 @@ static int tutti_release(struct inode *inode, struct file *file)
 {
 	struct tutti_file *f = file->private_data;
 	struct tutti_ctrl *c = f->ctrl;
+	LIST_HEAD(gpu);
 
 	mutex_lock(&c->lock);
 	list_del(&f->node);
@@ -111,10 +133,11 @@ static int tutti_release(struct inode *inode, struct file *file)
 		tutti_queues_release(f);
 		tutti_dmas_release(f);
 	}
+	/* GPU ranges are given back outside c->lock: see tutti_p2p.c. */
+	tutti_p2p_detach_all(f, &gpu);
 	mutex_unlock(&c->lock);
-	xa_destroy(&f->dmas);
-	kfree(f);
-	tutti_ctrl_put(c);
+	tutti_p2p_teardown_list(&gpu);
+	tutti_file_put(f);
 	return 0;
 }
 
@@ -236,6 +259,8 @@ static void tutti_fill_info(struct tutti_file *f, struct tutti_info *info)
 		info->cmb_bus = c->cmb_bus;
 		info->cmb_bytes = c->cmb_bytes;
 	}
+	if (TUTTI_HAVE_NV_P2P)
+		info->flags |= TUTTI_INFO_NV_P2P;
 	info->vid = le16_to_cpu(c->id->vid);
 	info->ssvid = le16_to_cpu(c->id->ssvid);
 	memcpy(info->sn, c->id->sn, sizeof(info->sn));
@@ -336,6 +361,59 @@ static int tutti_extents_ioctl(struct tutti_file *f, struct tutti_extents *e)
 	return ret;
 }
 
+/**
+ * tutti_p2p_check_map() - check a TUTTI_IOC_P2P_MAP request's arguments
+ * @a: the request
+ *
+ * In both builds, so that a module without nvidia-p2p refuses malformed
+ * requests (-EINVAL) the same way before it answers -EOPNOTSUPP.
+ *
+ * Return: 0 or -EINVAL.
+ */
+int tutti_p2p_check_map(const struct tutti_p2p_map *a)
+{
+	if (a->flags || !a->vaddr || !a->len || a->len > TUTTI_P2P_MAX_BYTES)
+		return -EINVAL;
+	/* NVIDIA's P2P pages are 64 KiB: start and length on that grain. */
+	if (!IS_ALIGNED(a->vaddr, TUTTI_P2P_GPU_PAGE) ||
+	    !IS_ALIGNED(a->len, TUTTI_P2P_GPU_PAGE))
+		return -EINVAL;
+	if (a->vaddr + a->len < a->vaddr)
+		return -EINVAL;
+	if (!a->bus || a->bus_cap < a->len >> PAGE_SHIFT)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * GPU ranges: checked here, then handled without c->lock (tutti_p2p.c
+ * must not hold it across calls into the NVIDIA driver).
+ */
+static long tutti_p2p_ioctl(struct tutti_file *f, unsigned int cmd, void __user *up)
+{
+	union {
+		struct tutti_p2p_map m;
+		struct tutti_p2p_unmap u;
+	} a;
+	long ret;
+
+	if (copy_from_user(&a, up, _IOC_SIZE(cmd)))
+		return -EFAULT;
+	if (a.m.argsz != _IOC_SIZE(cmd))
+		return -EINVAL;
+	if (cmd == TUTTI_IOC_P2P_UNMAP)
+		return a.u.handle ? tutti_p2p_unmap(f, a.u.handle) : -EINVAL;
+	ret = tutti_p2p_check_map(&a.m);
+	if (ret)
+		return ret;
+	ret = tutti_p2p_map(f, &a.m);
+	if (!ret && copy_to_user(up, &a.m, sizeof(a.m))) {
+		tutti_p2p_unmap(f, a.m.handle);
+		ret = -EFAULT;
+	}
+	return ret;
+}
+
 /*
  * Copy in an argument whose first u32 is its size.  The size in the ioctl
  * number already matched (else -ENOTTY); argsz must match too.
@@ -380,6 +458,11 @@ static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 		if (!capable(CAP_SYS_RAWIO))
 			return -EPERM;
 		break;
+	case TUTTI_IOC_P2P_MAP:
+	case TUTTI_IOC_P2P_UNMAP:
+		if (!capable(CAP_SYS_RAWIO))
+			return -EPERM;
+		return tutti_p2p_ioctl(f, cmd, up);
 	default:
 		return -ENOTTY;
 	}
@@ -463,7 +546,7 @@ static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
 			ret = dma_mmap_coherent(&c->pdev->dev, vma, q->sq, q->sq_dma,
 						q->sq_bytes);
 		} else {
-			if (len > q->cq_bytes)
+			if (q->cq_peer || len > q->cq_bytes)
 				break;
 			tutti_vma_init(vma);
 			vma->vm_pgoff = 0;
@@ -621,6 +704,7 @@ static void tutti_remove(struct pci_dev *pdev)
 {
 	struct tutti_ctrl *c = pci_get_drvdata(pdev);
 	struct tutti_file *f;
+	LIST_HEAD(gpu);
 
 	/* No new opens; then take every process's queues and memory away. */
 	tutti_nodes_remove(c);
@@ -629,9 +713,11 @@ static void tutti_remove(struct pci_dev *pdev)
 		unmap_mapping_range(f->filp->f_mapping, 0, 0, 1);
 		tutti_queues_release(f);
 		tutti_dmas_release(f);
+		tutti_p2p_detach_all(f, &gpu);
 	}
 	WRITE_ONCE(c->gone, true);
 	mutex_unlock(&c->lock);
+	tutti_p2p_teardown_list(&gpu);
 	tutti_hw_release(c);
 	pci_set_drvdata(pdev, NULL);
 	tutti_ctrl_put(c);

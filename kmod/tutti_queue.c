@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * I/O queue pairs owned by a process.  The module allocates the rings
- * (host DMA memory, or the SQ in a peer's CMB), creates the CQ (interrupts
+ * (host DMA memory, the SQ in a peer's CMB, or either ring in a pinned GPU
+ * range: tutti_p2p.c), creates the CQ (interrupts
  * off: the owner polls) and the SQ on the controller, and lets the owner
  * map them; the owner builds commands and rings the doorbells itself.
  * Deleting the SQ makes the controller finish or abort everything it holds
@@ -44,21 +45,31 @@ static void tutti_uq_free(struct tutti_ctrl *c, struct tutti_uq *q)
 
 	if (q->sq && !q->sq_peer)
 		dma_free_coherent(dev, q->sq_bytes, q->sq, q->sq_dma);
-	if (q->cq)
+	if (q->cq && !q->cq_peer)
 		dma_free_coherent(dev, q->cq_bytes, q->cq, q->cq_dma);
 	if (q->peer)
 		tutti_ctrl_put(q->peer);
+	tutti_p2p_ring_put(q);
 	if (q->live)
 		atomic_dec(&c->n_uqueues);
 	ida_free(&c->qids, q->qid);
 	kfree(q);
 }
 
-static int tutti_uq_place_sq(struct tutti_ctrl *c, struct tutti_uq *q,
+static int tutti_uq_place_sq(struct tutti_file *f, struct tutti_uq *q,
 			     const struct tutti_queue_create *arg)
 {
+	struct tutti_ctrl *c = f->ctrl;
 	struct tutti_ctrl *peer;
+	int ret;
 
+	if (arg->flags & TUTTI_QUEUE_SQ_GPU) {
+		ret = tutti_p2p_place_ring(f, q, (u32)arg->peer_fd, arg->peer_off,
+					   q->sq_bytes, &q->sq_dma);
+		if (!ret)
+			q->sq_peer = true;
+		return ret;
+	}
 	if (!(arg->flags & TUTTI_QUEUE_SQ_PEER)) {
 		q->sq = dma_alloc_coherent(&c->pdev->dev, q->sq_bytes, &q->sq_dma,
 					   GFP_KERNEL);
@@ -78,6 +89,58 @@ static int tutti_uq_place_sq(struct tutti_ctrl *c, struct tutti_uq *q,
 	return 0;
 }
 
+static int tutti_uq_place_cq(struct tutti_file *f, struct tutti_uq *q,
+			     const struct tutti_queue_create *arg)
+{
+	struct tutti_ctrl *c = f->ctrl;
+	u64 off = (u64)arg->cq_page << PAGE_SHIFT;
+	int ret;
+
+	if (arg->flags & TUTTI_QUEUE_CQ_GPU) {
+		/* Both rings in one range: they must not overlap. */
+		if ((arg->flags & TUTTI_QUEUE_SQ_GPU) &&
+		    off < arg->peer_off + q->sq_bytes && arg->peer_off < off + q->cq_bytes)
+			return -EINVAL;
+		ret = tutti_p2p_place_ring(f, q, (u32)arg->peer_fd, off, q->cq_bytes,
+					   &q->cq_dma);
+		if (!ret)
+			q->cq_peer = true;
+		return ret;
+	}
+	q->cq = dma_alloc_coherent(&c->pdev->dev, q->cq_bytes, &q->cq_dma, GFP_KERNEL);
+	if (!q->cq)
+		return -ENOMEM;
+	memset(q->cq, 0, q->cq_bytes);
+	return 0;
+}
+
+/*
+ * Arguments alone (no state): -EINVAL for malformed ones, -EOPNOTSUPP for
+ * a ring in GPU memory when the module was built without nvidia-p2p.
+ */
+static int tutti_queue_check(struct tutti_ctrl *c, const struct tutti_queue_create *arg)
+{
+	const u32 gpu = TUTTI_QUEUE_SQ_GPU | TUTTI_QUEUE_CQ_GPU;
+
+	if (arg->flags & ~(TUTTI_QUEUE_SQ_PEER | gpu))
+		return -EINVAL;
+	if ((arg->flags & TUTTI_QUEUE_SQ_PEER) && (arg->flags & gpu))
+		return -EINVAL;
+	if (!(arg->flags & (TUTTI_QUEUE_SQ_PEER | gpu)) && arg->peer_fd)
+		return -EINVAL;
+	if (!(arg->flags & (TUTTI_QUEUE_SQ_PEER | TUTTI_QUEUE_SQ_GPU)) && arg->peer_off)
+		return -EINVAL;
+	if (!(arg->flags & TUTTI_QUEUE_CQ_GPU) && arg->cq_page)
+		return -EINVAL;
+	if ((arg->flags & gpu) && arg->peer_fd <= 0)
+		return -EINVAL;		/* handles start at 1 */
+	if (arg->depth < 2 || arg->depth > c->mqes || arg->depth > 65536)
+		return -EINVAL;
+	if ((arg->flags & gpu) && !TUTTI_HAVE_NV_P2P)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
 /**
  * tutti_queue_create() - create an I/O queue pair for the file (c->lock held)
  * @f: owner
@@ -93,12 +156,9 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 	struct tutti_uq *q;
 	int qid, ret;
 
-	if (arg->flags & ~TUTTI_QUEUE_SQ_PEER || arg->reserved)
-		return -EINVAL;
-	if (!(arg->flags & TUTTI_QUEUE_SQ_PEER) && (arg->peer_off || arg->peer_fd))
-		return -EINVAL;
-	if (arg->depth < 2 || arg->depth > c->mqes || arg->depth > 65536)
-		return -EINVAL;
+	ret = tutti_queue_check(c, arg);
+	if (ret)
+		return ret;
 	if (c->max_qid <= TUTTI_KQ_QID)
 		return -ENOSPC;
 	qid = ida_alloc_range(&c->qids, TUTTI_KQ_QID + 1, c->max_qid, GFP_KERNEL);
@@ -113,15 +173,12 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 	q->depth = arg->depth;
 	q->sq_bytes = PAGE_ALIGN(q->depth * sizeof(struct nvme_command));
 	q->cq_bytes = PAGE_ALIGN(q->depth * sizeof(struct nvme_completion));
-	ret = tutti_uq_place_sq(c, q, arg);
+	ret = tutti_uq_place_sq(f, q, arg);
 	if (ret)
 		goto fail;
-	q->cq = dma_alloc_coherent(&c->pdev->dev, q->cq_bytes, &q->cq_dma, GFP_KERNEL);
-	if (!q->cq) {
-		ret = -ENOMEM;
+	ret = tutti_uq_place_cq(f, q, arg);
+	if (ret)
 		goto fail;
-	}
-	memset(q->cq, 0, q->cq_bytes);
 
 	cmd.create_cq.opcode = nvme_admin_create_cq;
 	cmd.create_cq.prp1 = cpu_to_le64(q->cq_dma);
@@ -146,15 +203,32 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 		tutti_delete_hw(c, nvme_admin_delete_cq, qid);
 		goto fail;
 	}
+	/*
+	 * A GPU range holding a ring may have been revoked while the queue was
+	 * being created: the revocation sweeps f->queues under f->qlock after
+	 * marking the range, so either it sees this queue or this sees the mark.
+	 */
+	mutex_lock(&f->qlock);
+	if (!tutti_p2p_ring_live(q)) {
+		mutex_unlock(&f->qlock);
+		ret = tutti_delete_hw(c, nvme_admin_delete_sq, qid);
+		if (!ret)
+			ret = tutti_delete_hw(c, nvme_admin_delete_cq, qid);
+		if (ret && !READ_ONCE(c->dead))
+			tutti_ctrl_kill(c, "queue on revoked GPU memory not deleted");
+		ret = -ENXIO;
+		goto fail;
+	}
 	list_add_tail(&q->node, &f->queues);
 	q->live = true;
+	mutex_unlock(&f->qlock);
 	atomic_inc(&c->n_uqueues);
 
 	arg->qid = qid;
 	arg->sq_db = (2 * qid) * (4 << c->dstrd);
 	arg->cq_db = (2 * qid + 1) * (4 << c->dstrd);
 	arg->sq_mmap_off = q->sq_peer ? 0 : TUTTI_MMAP_SQ(qid);
-	arg->cq_mmap_off = TUTTI_MMAP_CQ(qid);
+	arg->cq_mmap_off = q->cq_peer ? 0 : TUTTI_MMAP_CQ(qid);
 	arg->sq_bytes = q->sq_bytes;
 	arg->cq_bytes = q->cq_bytes;
 	arg->sq_bus = q->sq_dma;
@@ -164,14 +238,19 @@ fail:
 	return ret;
 }
 
-static void tutti_uq_destroy(struct tutti_ctrl *c, struct tutti_uq *q)
+static void tutti_uq_destroy(struct tutti_file *f, struct tutti_uq *q)
 {
-	int ret;
+	struct tutti_ctrl *c = f->ctrl;
+	int ret = 0;
 
+	mutex_lock(&f->qlock);
 	list_del(&q->node);
-	ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
-	if (!ret)
-		ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
+	if (!q->revoked) {
+		ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
+		if (!ret)
+			ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
+	}
+	mutex_unlock(&f->qlock);
 	if (ret < 0 && !c->dead) {
 		/* Not sure the controller let go of the rings: keep them. */
 		dev_err(&c->pdev->dev, "queue %u not deleted (%d), memory leaked\n",
@@ -188,7 +267,7 @@ int tutti_queue_delete(struct tutti_file *f, u32 qid)
 
 	if (!q)
 		return -EINVAL;
-	tutti_uq_destroy(f->ctrl, q);
+	tutti_uq_destroy(f, q);
 	return 0;
 }
 
@@ -198,5 +277,43 @@ void tutti_queues_release(struct tutti_file *f)
 	struct tutti_uq *q, *tmp;
 
 	list_for_each_entry_safe(q, tmp, &f->queues, node)
-		tutti_uq_destroy(f->ctrl, q);
+		tutti_uq_destroy(f, q);
+}
+
+/**
+ * tutti_queues_revoke() - stop every queue of @f now (GPU memory going away)
+ * @f: owner of the GPU range being revoked
+ *
+ * Called by the nvidia-p2p free callback, with only f->qlock: a deleted SQ
+ * means the controller finished or aborted its commands, so no DMA of the
+ * file's queues reaches the range after this returns.  Every queue of the
+ * file is stopped, not only those with a ring there: any of them may have
+ * reads or writes in flight that address it.  A delete that fails on a
+ * live controller disables the controller.  The queues stay on the list
+ * (their ids stay reserved) until the owner deletes them or closes the
+ * file; their doorbells then reach no queue.
+ */
+void tutti_queues_revoke(struct tutti_file *f)
+{
+	struct tutti_ctrl *c = f->ctrl;
+	struct tutti_uq *q;
+	unsigned int n = 0;
+	int ret;
+
+	mutex_lock(&f->qlock);
+	list_for_each_entry(q, &f->queues, node) {
+		if (q->revoked)
+			continue;
+		ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
+		if (!ret)
+			ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
+		if (ret && !READ_ONCE(c->dead))
+			tutti_ctrl_kill(c, "GPU memory revoked, queue not deleted");
+		q->revoked = true;
+		n++;
+	}
+	mutex_unlock(&f->qlock);
+	if (n)
+		dev_info_ratelimited(&c->pdev->dev,
+				     "GPU memory revoked by its driver: %u queue(s) stopped\n", n);
 }

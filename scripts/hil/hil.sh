@@ -4,9 +4,11 @@
 #
 #   scripts/hil/hil.sh [--kernels "6.1 6.12"] [--no-crash | --crash] [--suite PATH]
 #
-# Steps: apt-install what is missing -> fetch/unpack the kernels -> .venv-hil (tutti + pytest, for
-# the guest) -> per kernel: build kmod/ (and a self-test module) with W=1, failing on any warning;
-# build the initramfs; boot with fresh disk images and run the guest suite (phase "main"); when the
+# Steps: apt-install what is missing -> fetch/unpack the kernels -> fetch NVIDIA's nv-p2p.h
+# (fetch-nv-p2p.sh) -> .venv-hil (tutti + pytest, for the guest) -> per kernel: build kmod/ (and a
+# self-test module) with W=1, failing on any warning, and kmod/ again with the GPU peer-to-peer path
+# (NV_P2P_INC=<that header>), plus tests/hil/nvp2p-fake (a stand-in for the NVIDIA driver's P2P
+# API, since the guest has no NVIDIA driver); build the initramfs; boot with fresh disk images and run the guest suite (phase "main"); when the
 # suite asked for it ("HIL-REQUEST crash-reboot" on its output) or with --crash: boot with phase
 # crash-write, SIGKILL QEMU 0.5-3 s after the guest prints HIL-WRITING, boot again on the same images
 # with phase verify.  Prints every test line per kernel, a summary, and exits non-zero on any
@@ -62,7 +64,7 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- packages
 APT_PKGS=(qemu-system-x86 qemu-utils busybox-static cpio kmod make bc flex bison libelf-dev dwarves
-	xz-utils zstd gcc gcc-12 libc6-dev)
+	xz-utils zstd gcc gcc-12 libc6-dev curl gpgv debian-archive-keyring)
 step "packages"
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -87,6 +89,17 @@ scripts/hil/fetch-kernels.sh $KERNELS
 mapfile -t KVERS <"$HIL_BUILD/kernels.list"
 step_done "fetch kernels"
 
+# ---------------------------------------------------------------- nv-p2p.h (P2P build of tutti.ko)
+HAVE_NV_P2P=0
+if [ -f kmod/Makefile ]; then
+	step "nv-p2p.h for the GPU peer-to-peer build"
+	scripts/hil/fetch-nv-p2p.sh
+	# shellcheck disable=SC1091
+	. "$HIL_BUILD/nv-p2p/nv-p2p.env"
+	HAVE_NV_P2P=1
+	step_done "fetch nv-p2p.h"
+fi
+
 # ---------------------------------------------------------------- venv for the guest
 step "$VENV"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -107,12 +120,13 @@ fi
 step_done venv
 
 # ---------------------------------------------------------------- modules + initramfs
-# build_module SRC_DIR KVER LOG: clean, make W=1, fail on any warning
+# build_module SRC_DIR KVER LOG [MAKE_ARGS...]: clean, make W=1, fail on any warning
 build_module() {
 	local src=$1 kver=$2 logf=$3 rc=0
+	shift 3
 	load_kernel_env "$kver"
 	make -C "$KDIR" M="$src" clean >/dev/null 2>&1 || true
-	make -C "$src" KDIR="$KDIR" W=1 >"$logf" 2>&1 || rc=$?
+	make -C "$src" KDIR="$KDIR" W=1 "$@" >"$logf" 2>&1 || rc=$?
 	if [ $rc -ne 0 ]; then
 		tail -40 "$logf" >&2
 		die "module build in $src for $kver failed (log: $logf)"
@@ -124,6 +138,7 @@ build_module() {
 }
 
 step "modules (W=1, warnings fail) + initramfs"
+P2P_BUILT=()
 HAVE_KMOD=0
 if [ -f kmod/Makefile ]; then HAVE_KMOD=1; else warn "kmod/Makefile missing: tutti.ko is not built (TUTTI_KO empty in the guest)"; fi
 for kver in "${KVERS[@]}"; do
@@ -143,6 +158,29 @@ for kver in "${KVERS[@]}"; do
 		[ "$vm" = "$kver" ] || die "kmod/tutti.ko has vermagic $vm, expected $kver"
 		cp kmod/tutti.ko "$KD/tutti.ko"
 		log "tutti.ko for $kver: built clean with W=1"
+	fi
+	if [ $HAVE_NV_P2P -eq 1 ]; then
+		# The same sources with the GPU path, in a copy (kmod/tutti.ko stays the plain build).
+		p2p=$HIL_BUILD/kmod-p2p/$kver
+		rm -rf "$p2p"
+		mkdir -p "$p2p"
+		cp -r kmod/Makefile kmod/include $(ls kmod/*.[ch] | grep -v '\.mod\.c$') "$p2p/"
+		build_module "$p2p" "$kver" "$HIL_BUILD/logs/$kver/kmod-p2p-build.log" NV_P2P_INC="$NV_P2P_INC"
+		[ -f "$p2p/tutti_p2p.o" ] && grep -qa nvidia_p2p_get_pages "$p2p/tutti.ko" ||
+			die "the P2P build for $kver did not compile tutti_p2p.c (log: $HIL_BUILD/logs/$kver/kmod-p2p-build.log)"
+		vm=$(modinfo -F vermagic "$p2p/tutti.ko" | cut -d' ' -f1)
+		[ "$vm" = "$kver" ] || die "P2P tutti.ko has vermagic $vm, expected $kver"
+		cp "$p2p/tutti.ko" "$KD/tutti-nv-p2p.ko"
+		# A stand-in for the NVIDIA driver's P2P API (GPU memory = controller B's CMB), so the guest
+		# can run the P2P build's pin / ring / revocation / teardown paths (tests/hil/nvp2p-fake).
+		fk=$HIL_BUILD/nvp2p-fake/$kver
+		rm -rf "$fk" "$KD/nvp2p_fake.ko"
+		mkdir -p "$fk"
+		cp tests/hil/nvp2p-fake/Makefile tests/hil/nvp2p-fake/*.c "$fk/"
+		build_module "$fk" "$kver" "$HIL_BUILD/logs/$kver/nvp2p-fake-build.log" NV_P2P_INC="$NV_P2P_INC"
+		cp "$fk/nvp2p_fake.ko" "$KD/"
+		P2P_BUILT+=("$kver")
+		log "tutti.ko with nvidia-p2p for $kver: built clean with W=1 (loaded in the guest only against nvp2p_fake)"
 	fi
 	scripts/hil/build-initramfs.sh "$kver"
 done
@@ -285,6 +323,10 @@ for k in "${KVERS[@]}"; do
 	load_kernel_env "$k"
 	echo "  $k = Debian $PKGVER (line $LINE)"
 done
+if [ $HAVE_NV_P2P -eq 1 ]; then
+	echo "  P2P build (W=1 clean; in the guest only against the nvp2p_fake stand-in): ${P2P_BUILT[*]}"
+	echo "    nv-p2p.h: $NV_P2P_ORIGIN"
+fi
 printf '  %-24s %-14s %-44s %7s\n' kernel phase result time
 for l in "${SUMMARY[@]}"; do echo "  $l"; done
 echo "  timings: $(grep '^step' "$HIL_BUILD/timings" | sed 's/^step //' | paste -sd';' | sed 's/;/; /g'); total $(($(date +%s) - T0))s"

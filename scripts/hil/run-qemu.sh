@@ -80,6 +80,13 @@ q() { printf "%q" "$1"; }
 	echo "export TUTTI_NVME_KOS=$(q "$(tr '\n' ' ' <"$KD/ko/nvme.order" | sed 's/ $//')")"
 	# modprobe -d "$TUTTI_MODULES_ROOT" MODULE: any module of this kernel, with its dependencies
 	echo "export TUTTI_MODULES_ROOT=$(q "$(realpath "$KD/root")")"
+	# the P2P build of tutti.ko and the stand-in for the NVIDIA P2P API (empty if not built)
+	p2p=$KD/tutti-nv-p2p.ko
+	[ -f "$p2p" ] || p2p=
+	echo "export TUTTI_KO_NV_P2P=$(q "$p2p")"
+	fk=$KD/nvp2p_fake.ko
+	[ -f "$fk" ] || fk=
+	echo "export TUTTI_NVP2P_FAKE_KO=$(q "$fk")"
 	st=$KD/hil_selftest.ko
 	[ -f "$st" ] || st=
 	echo "export TUTTI_HIL_SELFTEST_KO=$(q "$st")"

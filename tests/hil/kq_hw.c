@@ -485,8 +485,8 @@ static int t_malformed(const char *node)
 		q.flags = 0;
 		q.peer_fd = 0;
 		q.peer_off = 0;
-		q.reserved = 1;
-		check(xioctl(fd, TUTTI_IOC_QUEUE_CREATE, &q) == EINVAL, "reserved field set: EINVAL");
+		q.cq_page = 1;
+		check(xioctl(fd, TUTTI_IOC_QUEUE_CREATE, &q) == EINVAL, "cq_page set without a GPU CQ: EINVAL");
 	}
 	{
 		struct tutti_queue_delete d = { .argsz = sizeof(d), .qid = 0 };

@@ -49,11 +49,12 @@ prog() {
 		esac
 	done
 }
-prog_rc() {
+prog_rc() { local tag=$1; shift; prog_run "$tag" "$BIN/kq_hw" "$@"; }
+prog_run() {
 	local tag=$1 out
 	shift
 	out=$(mktemp)
-	{ "$BIN/kq_hw" "$@" 2>&1; echo "HIL-RC $?"; } | prog "$tag" | tee "$out"
+	{ "$@" 2>&1; echo "HIL-RC $?"; } | prog "$tag" | tee "$out"
 	if ! grep -q "^# HIL-RC 0$" "$out" && ! grep -q "^not ok" "$out"; then
 		not_ok "[$tag] exited with $(sed -n 's/^# HIL-RC //p' "$out")"
 	fi
@@ -115,6 +116,12 @@ prog_rc mdts mdts $NA
 TUTTI_KQ_PRP=1 prog_rc mdts-prp mdts $NA
 prog_rc cmb cmb $NA $CB
 prog_rc malformed malformed $NA
+# GPU memory (nvidia-p2p): this module is the build without it (no NVIDIA driver here).
+n0=$(dmesg | wc -l)
+prog_run gpu-p2p "$BIN/kq_p2p" $NA
+n1=$(dmesg | wc -l)
+[ "$n1" -eq "$n0" ] && ok "[gpu-p2p] refusals left the kernel log untouched" \
+	|| { not_ok "[gpu-p2p] refusals left the kernel log untouched"; dmesg | tail -n +$((n0 + 1)) | sed 's/^/# /'; }
 prog_rc sigkill kill $NA "${TUTTI_HIL_KILLS:-100}"
 prog_rc store store $NA $NB
 TUTTI_KQ_PRP=1 prog_rc store-prp store $NA $NB
@@ -164,6 +171,33 @@ else
 	skip "TUTTI_NVME_KO not set: takeover test"
 fi
 out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" -m pytest -q -rs -p no:cacheprovider tests/hil/test_admin_guest.py 2>&1) && ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py): $(echo "$out" | tail -1)" || { not_ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py)"; echo "$out" | sed 's/^/# /'; }
+
+# GPU memory for real, as far as the guest allows: the P2P build of tutti.ko against
+# nvp2p_fake.ko, a stand-in for the NVIDIA driver's P2P API whose "GPU memory" is B's CMB (both
+# builds are module "tutti": swapped, never loaded together; the plain build comes back after).
+if [ -n "${TUTTI_KO_NV_P2P:-}" ] && [ -n "${TUTTI_NVP2P_FAKE_KO:-}" ]; then
+	bar2=$(sed -n 3p /sys/bus/pci/devices/$B/resource | cut -d' ' -f1)
+	expect "rmmod tutti (to load the nvidia-p2p build)" rmmod tutti
+	expect "insmod nvp2p_fake (stand-in GPU memory: $B's CMB at $bar2)" \
+		insmod "$TUTTI_NVP2P_FAKE_KO" base=$bar2 size=0x1000000
+	expect "insmod tutti-nv-p2p.ko" insmod "$TUTTI_KO_NV_P2P"
+	CA=/dev/$(node_of $A); NA=${CA}n1; CB=/dev/$(node_of $B)
+	if wait_for $NA && wait_for $CB; then
+		prog_run gpu-p2p-live "$BIN/kq_p2p" live $NA $CB
+		dmesg | tail -n +$((DMESG0 + 1)) | grep -q "GPU memory revoked by its driver: 2 queue(s) stopped" \
+			&& ok "[gpu-p2p-live] the revocation was logged (2 queues stopped)" \
+			|| not_ok "[gpu-p2p-live] the revocation was logged (2 queues stopped)"
+	else
+		not_ok "nodes after loading the nvidia-p2p build"
+	fi
+	expect "rmmod the nvidia-p2p build" rmmod tutti
+	expect "rmmod nvp2p_fake (no pin left behind)" rmmod nvp2p_fake
+	expect "insmod tutti.ko (the plain build) again" insmod "$TUTTI_KO"
+	CA=/dev/$(node_of $A); NA=${CA}n1
+	wait_for $NA && ok "$NA back with the plain build" || not_ok "$NA back with the plain build"
+else
+	skip "no nvidia-p2p build or stand-in (TUTTI_KO_NV_P2P / TUTTI_NVP2P_FAKE_KO): live GPU-memory test"
+fi
 
 # rmmod shuts the controllers down; loading again rebinds (driver_override stays).
 expect "rmmod tutti" rmmod tutti

@@ -33,6 +33,7 @@
 #define TUTTI_INFO_CMB		(1u << 1)	/* the controller has a usable CMB */
 #define TUTTI_INFO_CMB_SQS	(1u << 2)	/* ... that can hold SQs */
 #define TUTTI_INFO_CMB_DATA	(1u << 3)	/* ... and read/write data */
+#define TUTTI_INFO_NV_P2P	(1u << 4)	/* built with GPU memory (nvidia-p2p) */
 
 /**
  * struct tutti_info - what a node is (TUTTI_IOC_INFO, all out but @argsz)
@@ -83,20 +84,31 @@ struct tutti_info {
 
 /* struct tutti_queue_create.flags */
 #define TUTTI_QUEUE_SQ_PEER	(1u << 0)	/* SQ in another node's CMB */
+#define TUTTI_QUEUE_SQ_GPU	(1u << 1)	/* SQ in a TUTTI_IOC_P2P_MAP range */
+#define TUTTI_QUEUE_CQ_GPU	(1u << 2)	/* CQ in a TUTTI_IOC_P2P_MAP range */
 
 /**
  * struct tutti_queue_create - TUTTI_IOC_QUEUE_CREATE
- * @flags: TUTTI_QUEUE_*
+ * @flags: TUTTI_QUEUE_*; SQ_PEER excludes SQ_GPU and CQ_GPU
  * @depth: entries per ring, 2 to tutti_info.mqes
  * @peer_fd: with TUTTI_QUEUE_SQ_PEER, an open tutti node of the controller
- *           whose CMB holds the SQ (it may be this controller)
- * @peer_off: offset of the SQ in that CMB, page aligned
+ *           whose CMB holds the SQ (it may be this controller); with
+ *           TUTTI_QUEUE_SQ_GPU or _CQ_GPU, the handle of a GPU range this
+ *           file mapped with TUTTI_IOC_P2P_MAP (not a descriptor)
+ * @peer_off: offset of the SQ in that CMB or GPU range, page aligned
+ *           (0 unless SQ_PEER or SQ_GPU)
  * @qid: out, the queue id (SQ and CQ share it)
- * @sq_mmap_off, @cq_mmap_off: out, mmap offsets of the rings in this file
- *           (an SQ in a peer CMB is mapped through the peer's
- *           TUTTI_MMAP_CMB instead; @sq_mmap_off is then 0)
- * @sq_bytes, @cq_bytes: out, ring sizes (page multiples)
  * @sq_db, @cq_db: out, byte offsets of the doorbells in TUTTI_MMAP_DB
+ * @cq_page: with TUTTI_QUEUE_CQ_GPU, the CQ's offset in the GPU range in
+ *           pages (PAGE_SIZE); must be 0 otherwise.  A ring in GPU memory
+ *           must lie on bus-contiguous pages and not overlap the other ring;
+ *           the module cannot write GPU memory, so the owner zeroes a CQ
+ *           there before creating the queue (phase tags start at 0).
+ * @sq_mmap_off, @cq_mmap_off: out, mmap offsets of the rings in this file
+ *           (a ring in a peer CMB or in GPU memory is not mapped through
+ *           this file: the CMB through the peer's TUTTI_MMAP_CMB, GPU
+ *           memory by its owner; the offset is then 0)
+ * @sq_bytes, @cq_bytes: out, ring sizes (page multiples)
  * @sq_bus: out, bus address of the SQ ring
  */
 struct tutti_queue_create {
@@ -108,7 +120,7 @@ struct tutti_queue_create {
 	__u32 qid;
 	__u32 sq_db;
 	__u32 cq_db;
-	__u32 reserved;
+	__u32 cq_page;
 	__u64 sq_mmap_off;
 	__u64 cq_mmap_off;
 	__u64 sq_bytes;
@@ -147,6 +159,47 @@ struct tutti_dma_map {
 
 /** struct tutti_dma_unmap - TUTTI_IOC_DMA_UNMAP: drop mapping @handle */
 struct tutti_dma_unmap {
+	__u32 argsz;
+	__u32 handle;
+};
+
+/**
+ * struct tutti_p2p_map - TUTTI_IOC_P2P_MAP: pin and map GPU memory
+ * @flags: must be 0
+ * @vaddr: GPU virtual address of the range (a CUDA device pointer of the
+ *         calling process), aligned to TUTTI_P2P_GPU_PAGE (64 KiB)
+ * @len: length, a non-zero multiple of TUTTI_P2P_GPU_PAGE, at most
+ *       TUTTI_P2P_MAX_BYTES
+ * @bus: user pointer to an array of @bus_cap __u64: out, the bus address
+ *       of each page (PAGE_SIZE, as for TUTTI_IOC_DMA_MAP) of the range
+ * @bus_cap: entries in @bus, at least @len / PAGE_SIZE
+ * @handle: out, for TUTTI_IOC_P2P_UNMAP and TUTTI_QUEUE_SQ_GPU/_CQ_GPU
+ *
+ * Same layout as struct tutti_dma_map: the address list feeds the same
+ * PRP/SGL builders.  Only in a module built with NVIDIA's nv-p2p.h
+ * (tutti_info.flags & TUTTI_INFO_NV_P2P); otherwise -EOPNOTSUPP after the
+ * arguments were checked.  When the GPU driver frees the memory (cudaFree,
+ * exit of the CUDA context) every queue of this file is deleted on the
+ * controller before the memory goes: see docs/kmod.md.
+ */
+struct tutti_p2p_map {
+	__u32 argsz;
+	__u32 flags;
+	__u64 vaddr;
+	__u64 len;
+	__u64 bus;
+	__u32 bus_cap;
+	__u32 handle;
+};
+
+#define TUTTI_P2P_GPU_PAGE	(64ull << 10)
+#define TUTTI_P2P_MAX_BYTES	(64ull << 30)
+
+/**
+ * struct tutti_p2p_unmap - TUTTI_IOC_P2P_UNMAP: drop GPU mapping @handle
+ * (-EBUSY while a queue of this file has a ring in it)
+ */
+struct tutti_p2p_unmap {
 	__u32 argsz;
 	__u32 handle;
 };
@@ -205,6 +258,8 @@ struct tutti_extents {
 #define TUTTI_IOC_DMA_UNMAP	_IOW(TUTTI_IOC_MAGIC, 0x04, struct tutti_dma_unmap)
 #define TUTTI_IOC_ADMIN		_IOWR(TUTTI_IOC_MAGIC, 0x05, struct tutti_admin)
 #define TUTTI_IOC_EXTENTS	_IOWR(TUTTI_IOC_MAGIC, 0x06, struct tutti_extents)
+#define TUTTI_IOC_P2P_MAP	_IOWR(TUTTI_IOC_MAGIC, 0x07, struct tutti_p2p_map)
+#define TUTTI_IOC_P2P_UNMAP	_IOW(TUTTI_IOC_MAGIC, 0x08, struct tutti_p2p_unmap)
 
 /*
  * mmap offsets.  The doorbell page(s) of BAR0 (uncached), the rings of a
