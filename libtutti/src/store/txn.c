@@ -14,6 +14,7 @@
  * hashing to the path; slots, flushes, records and verification stay here,
  * the same code for both.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -248,6 +249,15 @@ static void mark_moved(struct tt_txn *t, int err)
 			t->status[i] = err;
 }
 
+/* A data path's failure, keeping its own reason (cuFile's code, ...) when it gave one. */
+static int dp_err(int ret, const char *path, const char *what)
+{
+	char why[256];
+
+	snprintf(why, sizeof(why), "%s", *tt_errmsg() ? tt_errmsg() : strerror(-ret));
+	return tt_seterr(ret, "data path %s: %s%s", path, what, why);
+}
+
 int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 {
 	struct tt_store *s = t->s;
@@ -281,12 +291,13 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 	tt_store_member_fds(s, fds, NULL);
 	ti = (struct tt_devpath_txn){ .geo = &s->geo, .write = t->write, .n = t->n,
 				      .slots = slots, .block_ids = block_ids, .fds = fds };
+	tt_clearerr();
 	ret = s->dp_ops->begin(s->dp_ctx, &ti, &t->dp);
 	free(slots);
 	if (ret) {
 		free(t->layer_ret);
 		t->layer_ret = NULL;
-		return tt_seterr(ret, "data path %s: %s", s->dp_ops->name, strerror(-ret));
+		return dp_err(ret, s->dp_ops->name, "");
 	}
 	t->dpo = s->dp_ops;
 	t->dp_live = 1;
@@ -295,27 +306,34 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 
 static int dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
 {
-	int ret = t->dpo->layer(t->dp, layer, mem);
+	char what[32];
+	int ret;
 
+	tt_clearerr();
+	ret = t->dpo->layer(t->dp, layer, mem);
 	t->layer_state[layer] = ret ? LAYER_DONE : LAYER_SUBMITTED;
 	if (!ret)
 		return 0;
 	/* Whatever of this layer moved must not count. */
 	t->layer_ret[layer] = ret;
 	mark_moved(t, -EIO);
-	return tt_seterr(ret, "data path %s: layer %u: %s", t->dpo->name, layer,
-			 strerror(-ret));
+	snprintf(what, sizeof(what), "layer %u: ", layer);
+	return dp_err(ret, t->dpo->name, what);
 }
 
 static int dev_wait(struct tt_txn *t, uint32_t layer)
 {
+	char what[32];
+
+	tt_clearerr();	/* a layer waited for earlier: no reason of the path's left */
 	if (t->layer_state[layer] == LAYER_SUBMITTED) {
 		t->layer_ret[layer] = t->dpo->wait(t->dp, layer);
 		t->layer_state[layer] = LAYER_DONE;
 	}
-	if (t->layer_ret[layer])
-		return tt_seterr(t->layer_ret[layer], "data path %s: layer %u: %s",
-				 t->dpo->name, layer, strerror(-t->layer_ret[layer]));
+	if (t->layer_ret[layer]) {
+		snprintf(what, sizeof(what), "layer %u: ", layer);
+		return dp_err(t->layer_ret[layer], t->dpo->name, what);
+	}
 	return 0;
 }
 
