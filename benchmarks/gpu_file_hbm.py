@@ -229,28 +229,13 @@ def render_section(data):
     return "\n".join(L)
 
 
-def replace_section_fallback(path, title, section):
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    heading = re.compile(r"^## " + re.escape(title) + r"[ \t]*$", re.M)
-    m = heading.search(text)
-    if m:
-        nxt = re.compile(r"^## ", re.M).search(text, m.end())
-        end = nxt.start() if nxt else len(text)
-        text = text[: m.start()] + section + ("\n" if nxt else "") + text[end:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def render(args):
     with open(args.json) as f:
         data = json.load(f)
     sec = render_section(data)
-    try:
-        from tutti.bench.report import replace_section
-    except Exception:  # noqa: BLE001 - the tutti package needs cffi; the format is the same
-        replace_section = replace_section_fallback
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    from tutti.bench.report import replace_section  # imports without the cffi extension
+
     replace_section(args.doc, TITLE, sec)
     print(sec)
 
