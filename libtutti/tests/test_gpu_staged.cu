@@ -205,6 +205,14 @@ static void run(const struct cfg *c)
 		if (!tap_eq(tt_store_write_begin(s, keys.data(), N, &t), 0, "[%s] write_begin", name))
 			goto out;
 		ret = tt_txn_bind_device(t, ids.data());
+		if (ret && c->ops == &tt_gds_ops && strstr(tt_errmsg(), "cuFileHandleRegister")) {
+			/* cuFile before 1.17 without nvidia-fs refuses to register files (the
+			 * H200's 1.15 does, on ext4 and tmpfs): a property of the machine. */
+			tap_skip("[%s] cuFile cannot register the store's files here: %s", name,
+				 tt_errmsg());
+			tt_txn_abort(t);
+			goto out;
+		}
 		if (!tap_eq(ret, 0, "[%s] bind write to device (%s)", name, ret ? tt_errmsg() : "ok"))
 			goto out;
 		ret = 0;
