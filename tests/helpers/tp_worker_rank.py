@@ -7,7 +7,9 @@ per layer) holding this rank's heads of a reference KV (``reference``, all
 heads).  save: one step per entry of --steps, each saving BLOCKS_PER_STEP blocks
 layer by layer, then wait_for_save (the TP commit).  load: every step's keys
 into fresh blocks; writes D/load.r<rank>.json (the block ids that failed) and
-the cache to D/kv.r<rank>.pt.  The store is opened (and reconciled) by
+the cache to D/kv.r<rank>.pt.  loadsave --steps A,B: step A's blocks are saved,
+then one forward loads them and saves step B's (write_policy slack: the writes
+wait for the reads).  The store is opened (and reconciled) by
 register_kv_caches, as in vLLM.
 """
 import argparse
@@ -93,9 +95,37 @@ def cmd_load(args):
         json.dump({"errors": errors}, f)
 
 
+def cmd_loadsave(args):
+    """Step A's blocks are saved; then one forward loads them and computes and saves B's."""
+    w, kv, (first, end) = make_worker(args)
+    old, new = map(int, args.steps.split(","))
+    ids = list(range(BLOCKS_PER_STEP))
+    load_ids = [BLOCKS_PER_STEP + b for b in range(BLOCKS_PER_STEP)]
+    for meta in (TuttiMetadata(saves=[BlockTransfer(f"req{old}", step_keys(old), ids)]),
+                 TuttiMetadata(loads=[BlockTransfer(f"req{old}", step_keys(old), load_ids)],
+                               saves=[BlockTransfer(f"req{new}", step_keys(new), ids)])):
+        w.take_worker_meta()
+        w.stats.reset()
+        ref = reference(new if meta.loads else old)
+        w.start_load(meta)
+        for l in range(N_LAYERS):
+            w.wait_layer(layer_name(l))
+            kv[layer_name(l)][ids] = ref[l, :, first:end]  # the layer's compute
+            w.save_layer(meta, layer_name(l))
+        w.finish_save(meta)
+    errors = sorted(w.take_load_errors())
+    wm = w.take_worker_meta()
+    loaded = all(torch.equal(kv[layer_name(l)][load_ids], reference(old)[l, :, first:end])
+                 for l in range(N_LAYERS))
+    w.close()
+    print(json.dumps({"committed": sorted(ev.key.decode() for ev in (wm.events if wm else [])
+                                          if ev.key), "errors": errors, "loaded": loaded,
+                      "stats": w.stats.data}))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["save", "load"])
+    ap.add_argument("mode", choices=["save", "load", "loadsave"])
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--dir", required=True)
@@ -104,7 +134,7 @@ def main():
     args = ap.parse_args()
     dist.init_process_group("gloo", init_method=f"file://{args.rdv}", rank=args.rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=30))
-    {"save": cmd_save, "load": cmd_load}[args.mode](args)
+    {"save": cmd_save, "load": cmd_load, "loadsave": cmd_loadsave}[args.mode](args)
     dist.destroy_process_group()
 
 

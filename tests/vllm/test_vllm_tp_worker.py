@@ -114,3 +114,18 @@ def test_tp_start_up_drops_blocks_on_one_rank_only(tmp_path):
     load_and_check(d, [0, 1], stored_steps={0})
     h = held(d)
     assert h[0] == h[1] and len(h[0]) == wr.BLOCKS_PER_STEP
+
+
+def test_tp_load_and_save_in_one_step_commit_everywhere(tmp_path):
+    """A step that loads a prefix and saves new blocks (writes held back until the reads are
+    over, write_policy slack) still commits the new blocks on every rank in that step."""
+    d = str(tmp_path)
+    for rc, out, err in run_ranks(d, "loadsave", [0, 1]):
+        assert rc == 0, err[-3000:]
+        r = json.loads(out)
+        assert r["loaded"] and r["errors"] == []
+        assert r["committed"] == sorted(k.decode() for k in wr.step_keys(1))
+        assert r["stats"]["writes_deferred"] == wr.N_LAYERS - 1
+        assert r["stats"].get("rw_overlap_s", 0) == 0
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == 2 * wr.BLOCKS_PER_STEP

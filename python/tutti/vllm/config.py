@@ -12,6 +12,8 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
           "tib": 1 << 40}
 
+WRITE_POLICIES = ("slack", "eager")
+
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "tutti")
 
 
@@ -55,11 +57,12 @@ class TuttiConfig:
     model_id: str = ""                        # default: the model's name or path
     load_failure_policy: str = "recompute"    # what vLLM does with a block that failed to load
     lookahead_layers: int = 2                 # layers of a load in flight ahead of the model
+    write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
 
     KEYS = ("path", "capacity", "create", "engine", "verify", "model_id", "load_failure_policy",
-            "lookahead_layers", "save", "load")
+            "lookahead_layers", "write_policy", "save", "load")
 
     @classmethod
     def from_extra(cls, extra: dict) -> "TuttiConfig":
@@ -98,6 +101,12 @@ class TuttiConfig:
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ConfigError(f"lookahead_layers: expected an integer >= 1, got {n!r}")
             c.lookahead_layers = n
+        if "write_policy" in extra:
+            if extra["write_policy"] not in WRITE_POLICIES:
+                raise ConfigError("write_policy: expected 'slack' (a layer's write waits while the "
+                                  "step's reads are in flight) or 'eager' (each layer's write goes "
+                                  f"at once), got {extra['write_policy']!r}")
+            c.write_policy = extra["write_policy"]
         return c
 
     def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:

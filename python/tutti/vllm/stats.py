@@ -14,6 +14,8 @@ COUNTERS = (
     "corrupt_blocks",
     "save_blocks", "save_bytes", "save_s",
     "save_errors",
+    "writes_deferred",   # layer writes held back because the step's reads were in flight
+    "rw_overlap_s",      # time a read and a write were both in flight (0 with write_policy slack)
 )
 
 
@@ -48,6 +50,8 @@ class TuttiStats(KVConnectorStats):
         out["save_GBps"] = round(d["save_bytes"] / d["save_s"] / 1e9, 3) if d.get("save_s") else 0.0
         out["load_ms"] = round(d.get("load_s", 0) * 1e3, 1)
         out["save_ms"] = round(d.get("save_s", 0) * 1e3, 1)
+        out["writes_deferred"] = d.get("writes_deferred", 0)
+        out["rw_overlap_ms"] = round(d.get("rw_overlap_s", 0) * 1e3, 1)
         q = d.get("query_tokens", 0)
         out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0
         return out

@@ -8,6 +8,15 @@ submitted layer by layer as the model computes them and committed in
 ``wait_for_save``: data durable first, then the commit records, so a block
 whose layers were not all written is never committed.
 
+Reads first (``write_policy: slack``, the default): reads and writes are never
+in flight on the store at the same time (its members are striped, so every
+layer's I/O touches every SSD).  While a step's load has reads in flight or
+still to submit, ``save_kv_layer`` queues its layer instead of submitting it;
+the queue goes out as soon as the load is over (its last layer waited for, or
+aborted) and at the latest in ``wait_for_save``, before the commit.  A load
+never starts while a write is in flight.  Everything saved in a step is still
+committed at the end of that step.  ``eager`` submits each layer's write at once.
+
 With tensor parallelism each rank's store holds its shard of the KV heads and a
 save is committed through tutti.tp: every rank's data durable, agreement over
 vLLM's TP CPU group, then the records; a block is committed on every rank or on
@@ -92,6 +101,27 @@ def open_store(cfg, shape, rank, layout):
     return store
 
 
+class _Overlap:
+    """Seconds during which a read and a write were both in flight on this worker's store.
+
+    In flight = submitted and not yet waited for (a write: until the step's save ends or a
+    load waits for it).  The connector cannot poll the engine, so this is an upper bound of
+    the overlap on the device.
+    """
+
+    def __init__(self, stats):
+        self.stats = stats
+        self.since = None
+
+    def update(self, reads, writes):
+        both = reads > 0 and writes > 0
+        if both and self.since is None:
+            self.since = time.perf_counter()
+        elif not both and self.since is not None:
+            self.stats.add(rw_overlap_s=time.perf_counter() - self.since)
+            self.since = None
+
+
 class _Load:
     """One step's layer-wise read transaction."""
 
@@ -103,6 +133,23 @@ class _Load:
         self.t0 = t0
 
 
+class _Save:
+    """One step's layer-wise write transaction.
+
+    ``queued``: layers the model has computed whose write waits for the step's reads; the
+    transaction itself is begun with the first write that goes out (beginning it may write
+    the slot table: emptied victims).
+    """
+
+    def __init__(self, keys, ids):
+        self.keys, self.ids = keys, ids
+        self.txn = None
+        self.t0 = None
+        self.seen = set()      # layers handed over by the model
+        self.queued = []       # handed over, write not submitted yet (in layer order)
+        self.inflight = set()  # submitted, not waited for
+
+
 class WorkerSide:
     def __init__(self, cfg, shape, rank, stats, group=None):
         self.cfg, self.shape, self.rank, self.stats = cfg, shape, rank, stats
@@ -111,8 +158,9 @@ class WorkerSide:
         self.layout = None
         self.mm = None
         self._load = None
-        self._save = None       # (txn, keys, t0)
-        self._save_layers = 0
+        self._save = None       # _Save; False: nothing to save this step
+        self._slack = cfg.write_policy == "slack"
+        self._overlap = _Overlap(stats)
         self._errors = set()
         self._events = []
         self._missing = []
@@ -180,14 +228,21 @@ class WorkerSide:
             log.error("tutti: read of %d blocks failed to start: %s", len(fids), e)
             self._fail(fids)
             return
+        if self._slack:
+            self._wait_writes()  # a read never shares the SSDs with a write
         self._load = _Load(txn, fids, fslots, self.layout.n_layers, t0)
-        self._submit_upto(min(self.cfg.lookahead_layers, self.layout.n_layers))
+        try:
+            self._submit_upto(min(self.cfg.lookahead_layers, self.layout.n_layers))
+        except Exception as e:  # noqa: BLE001
+            log.error("tutti: load failed to start, blocks will be recomputed: %s", e)
+            self._abort_load()
 
     def _submit_upto(self, n):
         ld = self._load
         while ld.submitted < n:
             ld.txn.layer(ld.submitted, self.mm.memmap, ld.block_ids)
             ld.submitted += 1
+            self._note_io()
 
     def wait_layer(self, layer_name):
         ld = self._load
@@ -200,6 +255,9 @@ class WorkerSide:
             self._submit_upto(min(layer + 1, ld.n_layers))
             ld.txn.wait_layer(layer)
             ld.waited.add(layer)
+            self._note_io()
+            # Reads first: the next read is due now (the model starts this layer), so it
+            # goes before any queued write.
             self._submit_upto(min(layer + 1 + self.cfg.lookahead_layers, ld.n_layers))
         except Exception as e:  # noqa: BLE001
             log.error("tutti: load of layer %d failed, blocks will be recomputed: %s", layer, e)
@@ -219,8 +277,10 @@ class WorkerSide:
             log.error("tutti: load failed, %d blocks will be recomputed: %s", len(ld.block_ids), e)
             ld.txn.abort()
             self._fail(ld.block_ids)
+            self._reads_over()
             return
         dt = time.perf_counter() - ld.t0
+        self._reads_over()
         if len(ld.waited) < ld.n_layers:
             # The model ran some layer without waiting for it: its KV may be stale.
             log.warning("tutti: %d of %d layers were not waited for; %d blocks recomputed",
@@ -253,6 +313,17 @@ class WorkerSide:
         if ld is not None:
             ld.txn.abort()
             self._fail(ld.block_ids)
+            self._reads_over()
+
+    def _reads_over(self):
+        """The step's load is over (self._load is None): the writes that waited for it go."""
+        self._note_io()
+        self._issue_writes()
+
+    def _note_io(self):
+        ld, sv = self._load, self._save
+        self._overlap.update(ld.submitted - len(ld.waited) if ld else 0,
+                             len(sv.inflight) if sv else 0)
 
     def _fail(self, block_ids):
         self._errors.update(block_ids)
@@ -279,37 +350,74 @@ class WorkerSide:
             if len(keys) > cap:
                 self.stats.add(save_errors=len(keys) - max(cap, 0))
                 keys, ids = keys[:max(cap, 0)], ids[:max(cap, 0)]
-            if not keys:
-                self._save = False
-                return
+            self._save = _Save(keys, ids) if keys else False
+        sv = self._save
+        if not sv or layer in sv.seen:
+            return
+        sv.seen.add(layer)
+        sv.queued.append(layer)
+        if self._slack and self._load is not None:
+            # Reads first: this layer's KV stays in vLLM's cache (nothing overwrites it before
+            # the step ends) until the load is over.
+            self.stats.add(writes_deferred=1)
+            return
+        self._issue_writes()
+
+    def _issue_writes(self):
+        """Submit the queued layers' writes (the caller made sure no read is in flight)."""
+        sv = self._save
+        if not sv or not sv.queued:
+            return
+        if sv.txn is None:
             try:
-                txn = self.store.write(keys)
+                sv.txn = self.store.write(sv.keys)
             except Exception as e:  # noqa: BLE001 - a save that cannot start is a future miss
-                log.warning("tutti: cannot store %d blocks: %s", len(keys), e)
-                self.stats.add(save_errors=len(keys))
+                log.warning("tutti: cannot store %d blocks: %s", len(sv.keys), e)
+                self.stats.add(save_errors=len(sv.keys))
                 self._save = False
                 return
-            for s, p in zip(txn.slots, txn.present):
+            sv.t0 = time.perf_counter()
+            for s, p in zip(sv.txn.slots, sv.txn.present):
                 if not p:  # the slot's old content is gone from now on
                     self._events.append(SlotEvent(self.rank, s, None))
-            self._save = (txn, keys, ids, time.perf_counter(), set())
-        if self._save is False:
-            return
-        txn, keys, ids, _, done = self._save
-        if layer in done:
-            return
-        try:
-            txn.layer(layer, self.mm.memmap, ids)
-            done.add(layer)
+        while sv.queued:
+            layer = sv.queued.pop(0)
+            try:
+                sv.txn.layer(layer, self.mm.memmap, sv.ids)
+            except Exception as e:  # noqa: BLE001
+                log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
+                            layer, e)
+                continue
+            sv.inflight.add(layer)
+            self._note_io()
             _crash_point()
-        except Exception as e:  # noqa: BLE001
-            log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
-                        layer, e)
+
+    def _wait_writes(self):
+        """Wait for the writes in flight (before a load starts: never both at once)."""
+        sv = self._save
+        if not sv or not sv.inflight:
+            return
+        for layer in sorted(sv.inflight):
+            try:
+                sv.txn.wait_layer(layer)
+            except Exception as e:  # noqa: BLE001 - the block is marked failed: not committed
+                log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
+                            layer, e)
+        sv.inflight.clear()
+        self._note_io()
 
     def finish_save(self, meta=None):
+        if self._save and self._save.queued:
+            # End of the step: the model has run every layer, so the reads are over (finish
+            # the load if a layer was never waited for); what waited for them goes now and is
+            # committed in this step, as with eager writes.
+            if self._load is not None:
+                self._finish_load()
+            self._issue_writes()
         sv, self._save = self._save, None
+        self._note_io()
         tp = self.shape.tp_size > 1 and meta is not None and meta.saves and self.store is not None
-        if not sv:
+        if not sv or sv.txn is None:
             if tp:  # the other ranks commit this step's blocks: agree that none is here
                 from ..tp import abstain
                 try:
@@ -317,7 +425,7 @@ class WorkerSide:
                 except Exception as e:  # noqa: BLE001 - a broken group: nothing is committed here
                     log.warning("tutti: TP commit agreement failed: %s", e)
             return
-        txn, keys, ids, t0, done = sv
+        txn, keys = sv.txn, sv.keys
         try:
             if tp:
                 from ..tp import commit
@@ -331,7 +439,7 @@ class WorkerSide:
             txn.abort()
             self.stats.add(save_errors=len(keys))
             return
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - sv.t0
         ok = 0
         for k, s, p, rc in zip(keys, txn.slots, txn.present, status):
             if p:  # already stored: make sure the scheduler knows where
@@ -345,8 +453,9 @@ class WorkerSide:
 
     def abort_save(self):
         sv, self._save = self._save, None
-        if sv:
-            sv[0].abort()
+        if sv and sv.txn is not None:
+            sv.txn.abort()
+        self._note_io()
 
     def take_worker_meta(self):
         if not self._events and not self._missing:
@@ -356,8 +465,8 @@ class WorkerSide:
         return meta
 
     def close(self):
+        self.abort_save()  # first: an aborted load would issue the queued writes
         self._abort_load()
-        self.abort_save()
         if self.store is not None:
             self.store.close()
             self.store = None
