@@ -51,7 +51,11 @@ def main(argv=None):
     ap.add_argument("--prefix-tokens", type=int, default=4096)
     ap.add_argument("--model-size", default="bench", help="tutti.tiny_model size")
     ap.add_argument("--workdir", default=None, help="default: a temporary directory (removed)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="warm runs of each connector, alternating which goes first (the ratio is the "
+                         "median of the per-round ratios)")
     ap.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--section", default=TITLE, help="title of the section written in --output")
     args = ap.parse_args(argv)
 
     from tutti import tiny_model
@@ -74,14 +78,27 @@ def main(argv=None):
         results["none"] = run(tmp, "none", dict(base, connector="none"))
         results["example-cold"] = run(tmp, "example-cold", dict(
             base, connector="example", extra={"shared_storage_path": example_dir}))
-        dropped = drop_page_cache()
-        results["example-warm"] = run(tmp, "example-warm", dict(
-            base, connector="example", extra={"shared_storage_path": example_dir}))
         results["tutti-cold"] = run(tmp, "tutti-cold", dict(base, connector="tutti",
                                                             extra=tutti_extra))
-        dropped = drop_page_cache() and dropped
-        results["tutti-warm"] = run(tmp, "tutti-warm", dict(base, connector="tutti",
-                                                            extra=tutti_extra))
+        # Warm runs in rounds, alternating the order, each from a dropped page cache: one round's
+        # medians move by 10-20% with the machine's other load.
+        warm_specs = {"example-warm": dict(base, connector="example",
+                                           extra={"shared_storage_path": example_dir}),
+                      "tutti-warm": dict(base, connector="tutti", extra=tutti_extra)}
+        dropped, round_ratios = True, []
+        for r in range(max(1, args.rounds)):
+            order = list(warm_specs) if r % 2 == 0 else list(reversed(warm_specs))
+            got = {}
+            for key in order:
+                dropped = drop_page_cache() and dropped
+                got[key] = run(tmp, f"{key}-{r}", warm_specs[key])
+            round_ratios.append(statistics.median(got["tutti-warm"]["ttft_s"]) /
+                                statistics.median(got["example-warm"]["ttft_s"]))
+            for key, res in got.items():
+                if key not in results:
+                    results[key] = res
+                else:
+                    results[key]["ttft_s"] += res["ttft_s"]
         same = {k: results[k]["outputs"] == results["none"]["outputs"] for k in results}
         med = {k: statistics.median(v["ttft_s"]) for k, v in results.items()}
         w = results["tutti-warm"]["stats"].get("worker0", {})
@@ -98,14 +115,14 @@ def main(argv=None):
     rows = [
         ("no connector", "none", "—"),
         ("ExampleConnector, cold (computes, saves)", "example-cold", "—"),
-        ("ExampleConnector, warm (2nd process)", "example-warm", "—"),
+        ("ExampleConnector, warm (fresh process per round)", "example-warm", "—"),
         ("TuttiConnector, cold (computes, saves)", "tutti-cold", "—"),
-        ("TuttiConnector, warm (2nd process)", "tutti-warm",
-         f"{w.get('load_blocks', 0) * BLOCK} tokens ({w.get('load_bytes', 0) / 2**20:.0f} MiB) loaded "
+        ("TuttiConnector, warm (fresh process per round)", "tutti-warm",
+         f"first round: {w.get('load_blocks', 0) * BLOCK} tokens ({w.get('load_bytes', 0) / 2**20:.0f} MiB) loaded "
          f"over {args.requests} requests; {w.get('load_s', 0) / args.requests * 1e3:.0f} ms per request "
          "from lookup to last layer verified, overlapping the forward"),
     ]
-    lines = [f"## {TITLE}", "",
+    lines = [f"## {args.section}", "",
              f"Measured {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')} with:",
              "", "```", cmd.strip(), "```", "",
              f"- Machine: {platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux "
@@ -116,7 +133,8 @@ def main(argv=None):
              f"- Workload: {args.requests} requests, each with its own {args.prefix_tokens}-token prefix + 17 "
              "tokens; one request at a time; TTFT = wall time of a 1-token greedy generation. Cold = the "
              "process that computes (and, with a connector, stores) the prefixes; warm = a second, fresh "
-             "process sending the same requests. Store: a file on the machine's disk (O_DIRECT); "
+             "process sending the same requests (warm: one fresh process per connector per round, order "
+             "alternating between rounds). Store: a file on the machine's disk (O_DIRECT); "
              f"page cache dropped before warm runs: {'yes' if dropped else 'no (not root)'}.",
              f"- Load average at the end of the run: {os.getloadavg()[0]:.1f} (other jobs share this "
              "machine; TTFTs of one configuration vary accordingly).",
@@ -127,16 +145,17 @@ def main(argv=None):
         runs = " / ".join(f"{t:.3f}" for t in results[key]["ttft_s"])
         lines.append(f"| {label} | {med[key]:.3f} s | {runs} | {note} |")
     r1 = med["tutti-warm"] / med["none"]
-    r2 = med["tutti-warm"] / med["example-warm"]
+    r2 = statistics.median(round_ratios)
     lines += ["", "| Ratio | Value | Target | Met |", "|---|---|---|---|",
               f"| Tutti warm / cold (no connector) | {r1:.3f} | ≤ 0.3 | {'yes' if r1 <= 0.3 else 'no'} |",
-              f"| Tutti warm / ExampleConnector warm | {r2:.3f} | ≤ 1 | {'yes' if r2 <= 1 else 'no'} |",
+              f"| Tutti warm / ExampleConnector warm (median of {len(round_ratios)} rounds: "
+              f"{' / '.join(f'{x:.2f}' for x in round_ratios)}) | {r2:.3f} | ≤ 1 | {'yes' if r2 <= 1 else 'no'} |",
               "", f"Scheduler side (warm process): {s.get('hit_tokens', 0)} of {s.get('query_tokens', 0)} "
               f"prompt tokens promised from the store; worker: {w.get('load_errors', 0)} load errors, "
               f"{w.get('corrupt_blocks', 0)} corrupt blocks.", ""]
     text = "\n".join(lines)
     print(text)
-    replace_section(args.output, TITLE, text)
+    replace_section(args.output, args.section, text)
     return 0
 
 
