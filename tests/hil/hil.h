@@ -6,10 +6,13 @@
 #ifndef TUTTI_HIL_H
 #define TUTTI_HIL_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 
 static int hil_failed;
 
@@ -41,6 +44,48 @@ static inline void bail(const char *fmt, ...)
 	printf("\n");
 	fflush(stdout);
 	exit(1);
+}
+
+/* 0 or the errno of a failed ioctl, so checks can compare with EINVAL etc. */
+static inline int xioctl(int fd, unsigned long cmd, void *arg)
+{
+	return ioctl(fd, cmd, arg) ? errno : 0;
+}
+
+/* The number a sysfs-style file holds, or -1 if it cannot be read. */
+static inline long file_long(const char *path)
+{
+	char buf[64] = "";
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return strtol(buf, NULL, 0);
+}
+
+/* A PCI device's sysfs attribute (tutti.ko adds user_queues, pinned_pages). */
+static inline long sysfs_long(const char *bdf, const char *attr)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/%s", bdf, attr);
+	return file_long(path);
+}
+
+/* Deterministic bytes from @seed (xorshift), to recognise data after a round trip. */
+static inline void fill(void *p, size_t len, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		((uint8_t *)p)[i] = (uint8_t)x;
+	}
 }
 
 #endif

@@ -47,33 +47,6 @@ static void *pages(size_t len)
 	return p;
 }
 
-static void fill(void *p, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		((uint8_t *)p)[i] = (uint8_t)x;
-	}
-}
-
-static long sysfs_long(const char *bdf, const char *attr)
-{
-	char path[256], buf[64] = "";
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/%s", bdf, attr);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return strtol(buf, NULL, 0);
-}
-
 /* A pinned buffer with its page bus addresses. */
 struct dbuf {
 	uint8_t *p;
@@ -439,11 +412,6 @@ static int t_cmb(const char *ns_a, const char *ctrl_b)
 	close(r.fd);
 	close(fb);
 	return 0;
-}
-
-static int xioctl(int fd, unsigned long cmd, void *arg)
-{
-	return ioctl(fd, cmd, arg) ? errno : 0;
 }
 
 static int t_malformed(const char *node)

@@ -40,23 +40,6 @@
 /* A made-up, well-formed GPU virtual address (there is no GPU here). */
 #define FAKE_VA (0x7f0000000000ull)
 
-static int xioctl(int fd, unsigned long cmd, void *arg)
-{
-	return ioctl(fd, cmd, arg) ? errno : 0;
-}
-
-static void fill_pattern(uint8_t *p, size_t len)
-{
-	uint32_t x = 0x9e3779b9u;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
-		p[i] = (uint8_t)x;
-	}
-}
-
 static struct tutti_p2p_map good_map(uint64_t *bus, uint32_t cap)
 {
 	struct tutti_p2p_map m = {
@@ -103,17 +86,10 @@ static int eperm_without_rawio(int fd)
 
 static long fake_param(const char *name)
 {
-	char path[128], buf[32] = "";
-	FILE *f;
+	char path[128];
 
 	snprintf(path, sizeof(path), FAKE_SYS "%s", name);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return strtol(buf, NULL, 0);
+	return file_long(path);
 }
 
 static int fake_revoke(uint64_t va)
@@ -130,21 +106,12 @@ static int fake_revoke(uint64_t va)
 static long user_queues(const char *ns_node)
 {
 	struct tutti_info i = { .argsz = sizeof(i) };
-	char path[128], buf[32] = "";
 	int fd = open(ns_node, O_RDONLY | O_CLOEXEC);
-	FILE *f;
 
 	if (fd < 0 || ioctl(fd, TUTTI_IOC_INFO, &i))
 		return -1;
 	close(fd);
-	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/user_queues", i.bdf);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = 0;
-	fclose(f);
-	return strtol(buf, NULL, 0);
+	return sysfs_long(i.bdf, "user_queues");
 }
 
 /* A queue pair whose rings are in the "GPU" window, driven by hand. */
@@ -300,7 +267,7 @@ static int t_live(const char *ns, const char *ctrl_b)
 	check(e == 0 && q.c.sq_bus == bus[0] && !q.c.sq_mmap_off && !q.c.cq_mmap_off,
 	      "queue %u with SQ and CQ in GPU memory (SQ bus %#llx, no mmap offsets) (%d)", q.c.qid,
 	      (unsigned long long)q.c.sq_bus, e);
-	fill_pattern(want, sizeof(want));
+	fill(want, sizeof(want), 1);
 	if (pwrite(fd, want, sizeof(want), LBA_OFF) != (ssize_t)sizeof(want))
 		bail("live: pwrite");
 	memset(win + DATA_OFF, 0, sizeof(want));
