@@ -10,43 +10,17 @@
  * A crash before 3 leaves the slot EMPTY or still holding the old, intact
  * block; a record is only ever written for data already durable.
  *
- * A transaction bound to a data path (devpath.h) hands steps 2's moving and
- * hashing to the path; slots, flushes, records and verification stay here,
- * the same code for both.
+ * A transaction bound to a data path (devpath.h, txn_dev.c) hands step 2's
+ * moving and hashing to the path; slots, flushes, records and verification
+ * stay here, the same code for both.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tutti/error.h"
 #include "store_impl.h"
+#include "txn_impl.h"
 #include "../support/util.h"
-
-enum { LAYER_IDLE = 0, LAYER_SUBMITTED, LAYER_DONE };
-
-struct tt_txn {
-	struct tt_store *s;
-	struct tt_txn *next;		/* store's list of open transactions */
-	int write;
-	int keep_bad;			/* check: report, do not drop */
-	unsigned n;
-	int64_t *slot;
-	uint8_t *present;		/* write: already stored, skipped */
-	uint8_t *keys;			/* write: n * TT_KEY_BYTES */
-	int32_t *status;
-	uint64_t *sums;			/* n * objs_per_slot object checksums */
-	uint64_t *expect;		/* read: record checksums at begin */
-	uint8_t *layer_state;
-	struct tt_batch *batch;		/* one per layer */
-	struct tt_io **ios;		/* per layer, n * n_spans */
-	uint8_t **stage;		/* per layer bounce area, if needed */
-	char ***dst;			/* per layer: final memory of each io */
-	const struct tt_devpath_ops *dpo;	/* bound to a data path */
-	void *dp;			/* the path's handle */
-	int dp_live;			/* dp not ended yet */
-	int32_t *layer_ret;		/* bound: each layer's outcome */
-	int prepared;			/* write: data flushed by tt_txn_prepare */
-};
 
 static void txn_unlink(struct tt_txn *t)
 {
@@ -58,19 +32,11 @@ static void txn_unlink(struct tt_txn *t)
 		*pp = t->next;
 }
 
-/* Let the data path finish with the transaction (waits for its I/O). */
-static void dev_end(struct tt_txn *t)
-{
-	if (t->dp_live)
-		t->dpo->end(t->dp);
-	t->dp_live = 0;
-}
-
 static void txn_free(struct tt_txn *t)
 {
 	uint32_t L = t->s->geo.n_layers;
 
-	dev_end(t);
+	txn_dev_end(t);
 	free(t->layer_ret);
 
 	for (uint32_t l = 0; l < L; l++) {
@@ -241,131 +207,6 @@ int64_t tt_txn_slot(const struct tt_txn *t, unsigned i, int *present)
 	return t->slot[i];
 }
 
-/* Mark every block that has bytes to move as failed (unless already). */
-static void mark_moved(struct tt_txn *t, int err)
-{
-	for (unsigned i = 0; i < t->n; i++)
-		if (!(t->write && t->present[i]) && !t->status[i])
-			t->status[i] = err;
-}
-
-/* A data path's failure, keeping its own reason (cuFile's code, ...) when it gave one. */
-static int dp_err(int ret, const char *path, const char *what)
-{
-	char why[256];
-
-	snprintf(why, sizeof(why), "%s", *tt_errmsg() ? tt_errmsg() : strerror(-ret));
-	return tt_seterr(ret, "data path %s: %s%s", path, what, why);
-}
-
-int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
-{
-	struct tt_store *s = t->s;
-	struct tt_devpath_txn ti;
-	int fds[TT_MAX_MEMBERS];
-	int64_t *slots;
-	int ret;
-
-	if (!s->dp_ops)
-		return tt_seterr(-ENODEV, "the store has no data path for device memory");
-	if (t->dpo)
-		return tt_seterr(-EALREADY, "transaction already bound to device memory");
-	if (t->prepared)
-		return tt_seterr(-EINVAL, "transaction already prepared");
-	for (uint32_t l = 0; l < s->geo.n_layers; l++)
-		if (t->layer_state[l] != LAYER_IDLE)
-			return tt_seterr(-EINVAL, "layer %u already moved through host memory", l);
-	if (t->n && !block_ids)
-		return tt_seterr(-EINVAL, "no block ids");
-	t->layer_ret = calloc(s->geo.n_layers, sizeof(*t->layer_ret));
-	slots = malloc((t->n ? t->n : 1) * sizeof(*slots));
-	if (!t->layer_ret || !slots) {
-		free(slots);
-		free(t->layer_ret);
-		t->layer_ret = NULL;
-		return tt_seterr(-ENOMEM, "out of memory");
-	}
-	/* Blocks already stored are not written again: nothing to move. */
-	for (unsigned i = 0; i < t->n; i++)
-		slots[i] = t->write && t->present[i] ? -1 : t->slot[i];
-	tt_store_member_fds(s, fds, NULL);
-	ti = (struct tt_devpath_txn){ .geo = &s->geo, .write = t->write, .n = t->n,
-				      .slots = slots, .block_ids = block_ids, .fds = fds };
-	tt_clearerr();
-	ret = s->dp_ops->begin(s->dp_ctx, &ti, &t->dp);
-	free(slots);
-	if (ret) {
-		free(t->layer_ret);
-		t->layer_ret = NULL;
-		return dp_err(ret, s->dp_ops->name, "");
-	}
-	t->dpo = s->dp_ops;
-	t->dp_live = 1;
-	return 0;
-}
-
-static int dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
-{
-	char what[32];
-	int ret;
-
-	tt_clearerr();
-	ret = t->dpo->layer(t->dp, layer, mem);
-	t->layer_state[layer] = ret ? LAYER_DONE : LAYER_SUBMITTED;
-	if (!ret)
-		return 0;
-	/* Whatever of this layer moved must not count. */
-	t->layer_ret[layer] = ret;
-	mark_moved(t, -EIO);
-	snprintf(what, sizeof(what), "layer %u: ", layer);
-	return dp_err(ret, t->dpo->name, what);
-}
-
-static int dev_wait(struct tt_txn *t, uint32_t layer)
-{
-	char what[32];
-
-	tt_clearerr();	/* a layer waited for earlier: no reason of the path's left */
-	if (t->layer_state[layer] == LAYER_SUBMITTED) {
-		t->layer_ret[layer] = t->dpo->wait(t->dp, layer);
-		t->layer_state[layer] = LAYER_DONE;
-	}
-	if (t->layer_ret[layer]) {
-		snprintf(what, sizeof(what), "layer %u: ", layer);
-		return dp_err(t->layer_ret[layer], t->dpo->name, what);
-	}
-	return 0;
-}
-
-/* Every layer waited for: take the path's per-block status and sums. */
-static void dev_collect(struct tt_txn *t)
-{
-	int32_t *st = calloc(t->n ? t->n : 1, sizeof(*st));
-	int ret = st ? t->dpo->collect(t->dp, st, t->sums) : -ENOMEM;
-
-	if (ret)
-		mark_moved(t, ret);
-	for (unsigned i = 0; st && i < t->n; i++)
-		if (st[i] && !t->status[i])
-			t->status[i] = st[i];
-	free(st);
-	dev_end(t);
-}
-
-int tt_txn_layer_order(struct tt_txn *t, uint32_t layer, struct CUstream_st *stream)
-{
-	if (!t->dp_live)
-		return tt_seterr(-EINVAL, "transaction is not bound to device memory");
-	if (layer >= t->s->geo.n_layers || t->layer_state[layer] == LAYER_IDLE)
-		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
-	if (t->layer_state[layer] == LAYER_DONE && t->layer_ret[layer])
-		return tt_seterr(-EIO, "layer %u failed", layer);
-	if (!t->dpo->order)
-		return tt_seterr(-EOPNOTSUPP, "data path %s cannot order a stream",
-				 t->dpo->name);
-	return t->dpo->order(t->dp, layer, stream);
-}
-
 /* Can the engine move this object straight from/to @addr? */
 static int direct_ok(const struct tt_store *s, uint64_t addr, uint64_t stride)
 {
@@ -405,7 +246,7 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	if (t->dpo && !t->dp_live)
 		return tt_seterr(-EINVAL, "the data path is done with this transaction");
 	if (t->dpo)
-		return dev_layer(t, layer, mem);
+		return txn_dev_layer(t, layer, mem);
 	for (uint32_t k = 0; k < S; k++) {
 		uint32_t m = tt_obj_index(g, layer, k);
 
@@ -491,7 +332,7 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 	if (t->layer_state[layer] == LAYER_IDLE)
 		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
 	if (t->dpo)
-		return dev_wait(t, layer);
+		return txn_dev_wait(t, layer);
 	b = &t->batch[layer];
 	ret = tt_engine_wait(s->eng, b);
 	if (t->layer_state[layer] == LAYER_DONE)
@@ -532,7 +373,7 @@ static void txn_collect(struct tt_txn *t)
 					t->status[i] = -ENODATA;
 	}
 	if (t->dp_live)
-		dev_collect(t);
+		txn_dev_collect(t);
 }
 
 /* Data durable: the members' files, and what the data path keeps itself. */
@@ -684,7 +525,7 @@ void tt_txn_abort(struct tt_txn *t)
 	for (uint32_t l = 0; !t->dpo && l < t->s->geo.n_layers; l++)
 		if (t->layer_state[l] == LAYER_SUBMITTED)
 			tt_engine_wait(t->s->eng, &t->batch[l]);
-	dev_end(t);
+	txn_dev_end(t);
 	txn_release(t);
 	txn_unlink(t);
 	txn_free(t);

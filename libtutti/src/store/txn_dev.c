@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * Transactions bound to a data path (devpath.h): the path moves and hashes a
+ * transaction's objects between the members and device memory; txn.c keeps
+ * slots, flushes, commit records and verification, the same for both.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tutti/error.h"
+#include "store_impl.h"
+#include "txn_impl.h"
+
+/* Mark every block that has bytes to move as failed (unless already). */
+static void mark_moved(struct tt_txn *t, int err)
+{
+	for (unsigned i = 0; i < t->n; i++)
+		if (!(t->write && t->present[i]) && !t->status[i])
+			t->status[i] = err;
+}
+
+/* A data path's failure, keeping its own reason (cuFile's code, ...) when it gave one. */
+static int dp_err(int ret, const char *path, const char *what)
+{
+	char why[256];
+
+	snprintf(why, sizeof(why), "%s", *tt_errmsg() ? tt_errmsg() : strerror(-ret));
+	return tt_seterr(ret, "data path %s: %s%s", path, what, why);
+}
+
+int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
+{
+	struct tt_store *s = t->s;
+	struct tt_devpath_txn ti;
+	int fds[TT_MAX_MEMBERS];
+	int64_t *slots;
+	int ret;
+
+	if (!s->dp_ops)
+		return tt_seterr(-ENODEV, "the store has no data path for device memory");
+	if (t->dpo)
+		return tt_seterr(-EALREADY, "transaction already bound to device memory");
+	if (t->prepared)
+		return tt_seterr(-EINVAL, "transaction already prepared");
+	for (uint32_t l = 0; l < s->geo.n_layers; l++)
+		if (t->layer_state[l] != LAYER_IDLE)
+			return tt_seterr(-EINVAL, "layer %u already moved through host memory", l);
+	if (t->n && !block_ids)
+		return tt_seterr(-EINVAL, "no block ids");
+	t->layer_ret = calloc(s->geo.n_layers, sizeof(*t->layer_ret));
+	slots = malloc((t->n ? t->n : 1) * sizeof(*slots));
+	if (!t->layer_ret || !slots) {
+		free(slots);
+		free(t->layer_ret);
+		t->layer_ret = NULL;
+		return tt_seterr(-ENOMEM, "out of memory");
+	}
+	/* Blocks already stored are not written again: nothing to move. */
+	for (unsigned i = 0; i < t->n; i++)
+		slots[i] = t->write && t->present[i] ? -1 : t->slot[i];
+	tt_store_member_fds(s, fds, NULL);
+	ti = (struct tt_devpath_txn){ .geo = &s->geo, .write = t->write, .n = t->n,
+				      .slots = slots, .block_ids = block_ids, .fds = fds };
+	tt_clearerr();
+	ret = s->dp_ops->begin(s->dp_ctx, &ti, &t->dp);
+	free(slots);
+	if (ret) {
+		free(t->layer_ret);
+		t->layer_ret = NULL;
+		return dp_err(ret, s->dp_ops->name, "");
+	}
+	t->dpo = s->dp_ops;
+	t->dp_live = 1;
+	return 0;
+}
+
+int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
+{
+	char what[32];
+	int ret;
+
+	tt_clearerr();
+	ret = t->dpo->layer(t->dp, layer, mem);
+	t->layer_state[layer] = ret ? LAYER_DONE : LAYER_SUBMITTED;
+	if (!ret)
+		return 0;
+	/* Whatever of this layer moved must not count. */
+	t->layer_ret[layer] = ret;
+	mark_moved(t, -EIO);
+	snprintf(what, sizeof(what), "layer %u: ", layer);
+	return dp_err(ret, t->dpo->name, what);
+}
+
+int txn_dev_wait(struct tt_txn *t, uint32_t layer)
+{
+	char what[32];
+
+	tt_clearerr();	/* a layer waited for earlier: no reason of the path's left */
+	if (t->layer_state[layer] == LAYER_SUBMITTED) {
+		t->layer_ret[layer] = t->dpo->wait(t->dp, layer);
+		t->layer_state[layer] = LAYER_DONE;
+	}
+	if (t->layer_ret[layer]) {
+		snprintf(what, sizeof(what), "layer %u: ", layer);
+		return dp_err(t->layer_ret[layer], t->dpo->name, what);
+	}
+	return 0;
+}
+
+/* Every layer waited for: take the path's per-block status and sums. */
+void txn_dev_collect(struct tt_txn *t)
+{
+	int32_t *st = calloc(t->n ? t->n : 1, sizeof(*st));
+	int ret = st ? t->dpo->collect(t->dp, st, t->sums) : -ENOMEM;
+
+	if (ret)
+		mark_moved(t, ret);
+	for (unsigned i = 0; st && i < t->n; i++)
+		if (st[i] && !t->status[i])
+			t->status[i] = st[i];
+	free(st);
+	txn_dev_end(t);
+}
+
+int tt_txn_layer_order(struct tt_txn *t, uint32_t layer, struct CUstream_st *stream)
+{
+	if (!t->dp_live)
+		return tt_seterr(-EINVAL, "transaction is not bound to device memory");
+	if (layer >= t->s->geo.n_layers || t->layer_state[layer] == LAYER_IDLE)
+		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
+	if (t->layer_state[layer] == LAYER_DONE && t->layer_ret[layer])
+		return tt_seterr(-EIO, "layer %u failed", layer);
+	if (!t->dpo->order)
+		return tt_seterr(-EOPNOTSUPP, "data path %s cannot order a stream",
+				 t->dpo->name);
+	return t->dpo->order(t->dp, layer, stream);
+}
+
+/* Let the data path finish with the transaction (waits for its I/O). */
+void txn_dev_end(struct tt_txn *t)
+{
+	if (t->dp_live)
+		t->dpo->end(t->dp);
+	t->dp_live = 0;
+}

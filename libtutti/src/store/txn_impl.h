@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A transaction's state, shared by txn.c (slots, commit, verification, the
+ * host-memory path) and txn_dev.c (transactions bound to a data path).
+ */
+#ifndef TUTTI_TXN_IMPL_H
+#define TUTTI_TXN_IMPL_H
+
+#include <stdint.h>
+
+#include "tutti/devpath.h"
+#include "tutti/engine.h"
+
+enum { LAYER_IDLE = 0, LAYER_SUBMITTED, LAYER_DONE };
+
+struct tt_txn {
+	struct tt_store *s;
+	struct tt_txn *next;		/* store's list of open transactions */
+	int write;
+	int keep_bad;			/* check: report, do not drop */
+	unsigned n;
+	int64_t *slot;
+	uint8_t *present;		/* write: already stored, skipped */
+	uint8_t *keys;			/* write: n * TT_KEY_BYTES */
+	int32_t *status;
+	uint64_t *sums;			/* n * objs_per_slot object checksums */
+	uint64_t *expect;		/* read: record checksums at begin */
+	uint8_t *layer_state;
+	struct tt_batch *batch;		/* one per layer */
+	struct tt_io **ios;		/* per layer, n * n_spans */
+	uint8_t **stage;		/* per layer bounce area, if needed */
+	char ***dst;			/* per layer: final memory of each io */
+	const struct tt_devpath_ops *dpo;	/* bound to a data path */
+	void *dp;			/* the path's handle */
+	int dp_live;			/* dp not ended yet */
+	int32_t *layer_ret;		/* bound: each layer's outcome */
+	int prepared;			/* write: data flushed by tt_txn_prepare */
+};
+
+/* txn_dev.c: the bound transaction's steps (txn.c calls them when t->dpo). */
+int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem);
+int txn_dev_wait(struct tt_txn *t, uint32_t layer);
+void txn_dev_collect(struct tt_txn *t);
+void txn_dev_end(struct tt_txn *t);
+
+#endif
