@@ -9,11 +9,13 @@
 // a compute stream whose kernel checks each layer with no host wait; CPU
 // time per layer against the number of blocks. Without a GPU: exit 77.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -456,12 +458,45 @@ static void test_cpu_per_layer(struct rig *r, unsigned key0)
 	       "%.1f us at 256", r->what, us[0], us[2]);
 }
 
+// A stalled case says where the controller stood before the harness's
+// timeout kills it without a word (the GPU kernels spin, nothing returns).
+static std::atomic<const struct rig *> watched;
+static std::atomic<unsigned> case_no;
+
+static void watchdog(unsigned secs)
+{
+	std::thread([secs] {
+		unsigned last = ~0u;
+
+		for (;;) {
+			unsigned c = case_no.load();
+
+			std::this_thread::sleep_for(std::chrono::seconds(secs));
+			const struct rig *r = watched.load();
+			if (c != case_no.load() || !r || c == last)
+				continue;
+			last = c;
+			struct tt_emu_stats es;
+
+			tt_emu_get_stats(tt_gio_path_emu(r->gp), &es);
+			printf("# watchdog: [%s] still in this case after %u s: %llu commands, %llu errors, "
+			       "%llu bytes, %llu doorbells\n", r->what, secs,
+			       (unsigned long long)es.cmds, (unsigned long long)es.errors,
+			       (unsigned long long)es.bytes, (unsigned long long)es.doorbells);
+			fflush(stdout);
+		}
+	}).detach();
+}
+
 static void run_case(const char *what, const char *root, unsigned nmem,
 		     const struct tt_gio_path_params *pp, unsigned nb, bool order, bool timing)
 {
 	struct rig r = {};
 	struct tt_emu_stats es;
 	int rc = rig_open(&r, what, root, nmem, pp);
+
+	watched = rc ? nullptr : &r;
+	case_no++;
 
 	tap_eq(rc, 0, "[%s] store on %u member(s) in %s with the gio path (%s)", what, nmem, root,
 	       rc ? tt_errmsg() : "ok");
@@ -480,12 +515,16 @@ static void run_case(const char *what, const char *root, unsigned nmem,
 		tap_ok(es.sq_wraps >= 2 * pp->n_queues, "[%s] rings wrapped many times (%llu wraps)",
 		       what, (unsigned long long)es.sq_wraps);
 	tap_eq(es.errors, 0, "[%s] no command failed", what);
+	watched = nullptr;
+	case_no++;
 	rig_close(&r);
 }
 
 int main(void)
 {
+	setvbuf(stdout, nullptr, _IOLBF, 0);	// a killed run keeps what it printed
 	gpu_require_device();
+	watchdog(40);
 	test_sums();
 
 	struct tt_gio_path_params sgl = {};
