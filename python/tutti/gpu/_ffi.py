@@ -2,7 +2,8 @@
 
 ABI mode needs no compiler where it runs (the GPU machine has none for
 Python), so the structs below must match the C headers field for field; they
-are checked against the compiler's layout by tests/test_gpu_binding.py
+are checked against the compiler's layout (and the macros against their values)
+by tests/test_prefill_cpu.py::test_gpu_binding_layouts_match_the_headers
 wherever gcc is available.  Pointers the Python side never follows are
 declared ``void *`` (same size and alignment as the typed pointers).
 """
@@ -121,9 +122,132 @@ struct tt_gpu_domains {
     void *priv;
 };
 
+/* store.h, devpath.h, gio_path.h, staged_path.h, gds_path.h: the store and its data paths */
+struct tt_engine_params {
+    uint32_t queue_depth;
+    uint32_t max_req_bytes;
+    uint32_t min_reqs;
+};
+
+struct tt_engine_stats {
+    uint64_t ios;
+    uint64_t reqs;
+    uint64_t bytes_read;
+    uint64_t bytes_written;
+    uint64_t syscalls;
+    uint64_t flushes;
+};
+
+struct tt_open_params {
+    uint32_t flags;
+    const struct tt_fingerprint *expect;
+    const char *engine;
+    struct tt_engine_params engine_params;
+};
+
+struct tt_store_stats {
+    uint64_t lookups, hits;
+    uint64_t blocks_read, blocks_written;
+    uint64_t commits, evictions;
+    uint64_t corrupt_blocks;
+    struct tt_engine_stats engine;
+};
+
+struct tt_store_info {
+    uint8_t uuid[16];
+    struct tt_geometry geo;
+    struct tt_fingerprint fp;
+    uint64_t member_bytes;
+    uint64_t table_bytes;
+    uint64_t created_ns;
+    uint64_t n_committed;
+    uint64_t n_free;
+    uint64_t n_bad_records;
+    char engine[16];
+    struct tt_store_stats stats;
+};
+
+struct tt_memmap {
+    uint32_t n_layers;
+    uint32_t n_spans;
+    const uint64_t *base;
+    const uint64_t *stride;
+};
+
+struct tt_gio_path_params {
+    unsigned n_queues;
+    uint32_t depth;
+    unsigned n_threads;
+    int prp_only;
+    unsigned warps_per_queue;
+    double rate_gbps;
+};
+
+struct tt_file_path_params {
+    unsigned n_threads;
+    uint32_t chunk_bytes;
+    unsigned depth;
+    int device;
+    unsigned map;
+};
+
+/* a data path's operations: only ever passed by address (function pointers as void *) */
+struct tt_devpath_ops {
+    const char *name;
+    void *begin;
+    void *layer;
+    void *order;
+    void *wait;
+    void *collect;
+    void *end;
+    void *flush;
+};
+
 struct tt_emu;
 struct tt_gio;
 struct tt_gio_batch;
+struct tt_store;
+struct tt_txn;
+struct tt_gio_path;
+struct tt_file_path;
+
+void tt_clearerr(void);
+void tt_key_from_bytes(const void *data, size_t len, uint8_t key[16]);
+int tt_store_format(const char *const *paths, unsigned n, const struct tt_format_params *p);
+int tt_store_open(const char *const *paths, unsigned n, const struct tt_open_params *p,
+                  struct tt_store **out);
+void tt_store_close(struct tt_store *s);
+int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
+int tt_store_lookup(struct tt_store *s, const uint8_t *keys, unsigned n, int64_t *slots);
+int tt_store_invalidate(struct tt_store *s, const int64_t *slots, unsigned n);
+int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count, uint8_t *keys, int64_t *slots,
+                  unsigned cap);
+int tt_store_write_begin(struct tt_store *s, const uint8_t *keys, unsigned n, struct tt_txn **out);
+int tt_store_read_begin(struct tt_store *s, const int64_t *slots, unsigned n, struct tt_txn **out);
+int64_t tt_txn_slot(const struct tt_txn *t, unsigned i, int *present);
+int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem, const uint32_t *block_ids);
+int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer);
+int tt_txn_finish(struct tt_txn *t, int32_t *status);
+void tt_txn_abort(struct tt_txn *t);
+int tt_txn_prepare(struct tt_txn *t, int32_t *status);
+int tt_txn_veto(struct tt_txn *t, unsigned i);
+int tt_store_put(struct tt_store *s, const uint8_t key[16], const void *buf, size_t len);
+int tt_store_get(struct tt_store *s, const uint8_t key[16], void *buf, size_t len);
+int tt_store_member_fds(const struct tt_store *s, int *fds, uint64_t *bytes);
+
+int tt_store_set_devpath(struct tt_store *s, const struct tt_devpath_ops *ops, void *ctx);
+int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids);
+int tt_txn_layer_order(struct tt_txn *t, uint32_t layer, void *stream);
+
+int tt_gio_path_open_emu(struct tt_store *s, const struct tt_gio_path_params *p, struct tt_gio_path **out);
+void tt_gio_path_close(struct tt_gio_path *gp);
+struct tt_emu *tt_gio_path_emu(const struct tt_gio_path *gp);
+int tt_staged_open(const struct tt_file_path_params *p, struct tt_file_path **out);
+int tt_gds_open(const struct tt_file_path_params *p, struct tt_file_path **out);
+void tt_file_path_close(struct tt_file_path *fp);
+extern struct tt_devpath_ops tt_staged_ops;   /* const in C; cffi ABI mode reads only non-const globals */
+extern struct tt_devpath_ops tt_gds_ops;
+extern struct tt_devpath_ops tt_devpath_host;
 
 const char *tt_errmsg(void);
 int tt_store_plan(struct tt_format_params *p, unsigned n_members, uint64_t member_bytes,
@@ -158,6 +282,11 @@ TT_NVME_CMD_READ = 0x02
 TT_NVME_SGLS_BYTE_ALIGNED = 0x1
 TT_EMU_NULL, TT_EMU_HOSTMEM, TT_EMU_FILE = 0, 1, 2
 TT_EMU_MAX_NS = 16
+TT_KEY_BYTES = 16
+TT_MAX_MEMBERS = 16
+TT_MODEL_ID_LEN, TT_DTYPE_LEN = 128, 16
+TT_FORMAT_FORCE = 1 << 0
+TT_OPEN_RDONLY, TT_OPEN_NO_VERIFY, TT_OPEN_SHARED = 1 << 0, 1 << 1, 1 << 2
 
 ffi = FFI()
 ffi.cdef(CDEF)
