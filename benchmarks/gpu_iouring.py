@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """GPU io_uring benchmark driver (H200, emulated controller).
 
-  gpu_iouring.py run --bin build/gpu/gpu_iouring_bench --out results.json [--quick]
+  gpu_iouring.py run --bin build/gpu/gpu_iouring_bench --out results.json [--quick | --sweep emubw]
       runs the C/CUDA bench over a fixed sweep, prints a table, saves raw runs
+      (emubw: the emulated controller's bandwidth, scripts/gpu/emu_bw.sh)
   gpu_iouring.py render --json results.json --doc docs/benchmarks.md
       writes the section "GPU io_uring (H200, emulated controller)" (only it)
 
@@ -46,6 +47,20 @@ QUICK = [
     ("interf", dict(queues=32, threads=8, depth=1024, warps=4, blocks=16384, layers=8, iosms=16, runs=1)),
 ]
 
+# The emulated controller's data rate: host memory -> HBM, 32 KiB read commands (one object each),
+# 1 GiB a pass; batched copies against one cudaMemcpyAsync per extent ("each") and the original path
+# ("sync": per extent plus a stream sync per fetched batch); the 2 x 14 GB/s cap; beside compute.
+_EMU = dict(queues=16, depth=1024, warps=4, blocks=2048, layers=8, span=32768, runs=4)
+EMUBW = [("emubw", dict(_EMU, threads=t, copy=c)) for t in (4, 8, 16) for c in ("batch", "each")] + [
+    ("emubw", dict(_EMU, threads=8, copy="sync")),
+    ("emubw", dict(_EMU, threads=8, copy="batch", rate=28)),
+    ("emubw", dict(_EMU, threads=8, copy="batch", compute=1, iosms=16)),
+    ("emubw", dict(_EMU, threads=8, copy="each", compute=1, iosms=16)),
+    ("emubw", dict(_EMU, threads=8, copy="batch", rate=28, compute=1, iosms=16)),
+]
+SWEEPS = {"full": FULL, "quick": QUICK, "emubw": EMUBW}
+EMU_TARGET_GBPS = 28.0
+
 
 def sh(cmd):
     try:
@@ -55,12 +70,17 @@ def sh(cmd):
 
 
 def run(args):
-    sweep = QUICK if args.quick else FULL
+    name = "quick" if args.quick else args.sweep
+    sweep = SWEEPS[name]
     results = []
     for mode, kw in sweep:
         cmd = [args.bin, mode] + [x for k, v in kw.items() for x in (f"--{k}", str(v))]
         print("#", " ".join(cmd), flush=True)
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"# timed out after {args.timeout} s", flush=True)
+            continue
         sys.stdout.write(p.stderr)
         for line in p.stdout.splitlines():
             if line.startswith("RESULT "):
@@ -71,7 +91,8 @@ def run(args):
             print(f"# exit {p.returncode}", flush=True)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "command": "python3 benchmarks/gpu_iouring.py run --bin " + args.bin + (" --quick" if args.quick else ""),
+        "command": "python3 benchmarks/gpu_iouring.py run --bin " + args.bin
+        + (f" --sweep {name}" if name != "full" else ""),
         "gpu": sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"),
         "cpus": os.cpu_count(),
         "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
@@ -80,7 +101,10 @@ def run(args):
     }
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
-    print(render_section({"meta": meta, "results": results}))
+    if name == "emubw":
+        print("\n".join(emubw_table(results)))
+    else:
+        print(render_section({"meta": meta, "results": results}))
 
 
 def med(xs):
@@ -157,8 +181,8 @@ def render_section(data):
     bw = group(res, "bw", "queues", "threads", "depth", "blocks", "layers", "span")
     if bw:
         L.append("Bit-exact round trips HBM → host-memory store → HBM (layer descriptors, "
-                 "read back into other pages; the emulated controller moves data with "
-                 "cudaMemcpyAsync, one copy per object):")
+                 "read back into other pages; the emulated controller moves each fetched batch "
+                 "with one cudaMemcpyBatchAsync):")
         L.append("")
         L.append("| Queues | Ctrl threads | Object | Bytes | Write GB/s | Read GB/s | Bit-exact | "
                  "CPU µs/layer (read) |")
@@ -168,6 +192,13 @@ def render_section(data):
                      f"{med([r['write_gbps'] for r in rs]):.2f} | {med([r['read_gbps'] for r in rs]):.2f} | "
                      f"{'yes' if all(r['bit_exact'] and r['ok'] for r in rs) else 'NO'} | "
                      f"{med([r['cpu_us_per_layer'] for r in rs]):.1f} |")
+        L.append("")
+    if any(r["mode"] == "emubw" for r in res):
+        L.append("Emulated controller data rate, host memory → HBM, one 32 KiB read command per object "
+                 "(medians over runs; `batch`: one cudaMemcpyBatchAsync per fetched batch, `each`: one "
+                 "cudaMemcpyAsync per extent, `sync`: per extent and a stream sync per batch, the original):")
+        L.append("")
+        L += emubw_table(res)
         L.append("")
     itf = [r for r in res if r["mode"] == "interf"]
     if itf:
@@ -193,6 +224,39 @@ def render_section(data):
     return "\n".join(L)
 
 
+def emubw_table(res):
+    """Table of the emubw runs, then the verdicts against the 2 x 14 GB/s target."""
+    em = group(res, "emubw", "copy", "threads", "rate_gbps", "compute", "io_sms", "queues", "span")
+    L = ["| Copy | Ctrl threads | Queues | Cap GB/s | Compute | Read GB/s | Read / cap | Write GB/s | "
+         "Runs read GB/s | Bit-exact, no error |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    rd = {}
+    for k, rs in sorted(em.items(), key=lambda kv: (kv[0][3], kv[0][2] > 0, kv[0][1], kv[0][0])):
+        copy, thr, rate, comp, sms = k[:5]
+        r_med = med([r["read_gbps"] for r in rs])
+        rd[k[:4]] = r_med
+        good = all(r["ok"] and r["bit_exact"] and not r["emu_errors"] for r in rs)
+        L.append(f"| {copy} | {thr} | {k[5]} | {rate:g} | " + (f"FMA ({sms}-SM I/O domain)" if comp and sms else
+                                                               "FMA" if comp else "none")
+                 + f" | **{r_med:.2f}** | " + (f"{r_med / rate:.3f}" if rate else "-")
+                 + f" | {med([r['write_gbps'] for r in rs]):.2f} | "
+                 + " / ".join(f"{r['read_gbps']:.2f}" for r in rs) + f" | {'yes' if good else 'NO'} |")
+    L.append("")
+    for comp in (0, 1):
+        b, e = rd.get(("batch", 8, 0.0, comp)), rd.get(("each", 8, 0.0, comp))
+        where = "beside compute" if comp else "alone"
+        if b is not None:
+            L.append(f"- batch, 8 threads, uncapped, {where}: {b:.2f} GB/s, target > {EMU_TARGET_GBPS:g}: "
+                     + ("PASS" if b > EMU_TARGET_GBPS else "FAIL")
+                     + (f"; batch / each = {b / e:.2f}" if e else ""))
+        c = rd.get(("batch", 8, EMU_TARGET_GBPS, comp))
+        if c is not None:
+            L.append(f"- batch, 8 threads, capped at {EMU_TARGET_GBPS:g} GB/s, {where}: {c:.2f} GB/s = "
+                     f"{c / EMU_TARGET_GBPS:.3f} of the cap (want 0.95-1.00): "
+                     + ("PASS" if 0.95 * EMU_TARGET_GBPS <= c <= 1.005 * EMU_TARGET_GBPS else "FAIL"))
+    return L
+
+
 def render(args):
     with open(args.json) as f:
         data = json.load(f)
@@ -212,7 +276,8 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--bin", default="build/gpu/gpu_iouring_bench")
     r.add_argument("--out", default="gpu_iouring.json")
-    r.add_argument("--quick", action="store_true")
+    r.add_argument("--quick", action="store_true", help="same as --sweep quick")
+    r.add_argument("--sweep", choices=sorted(SWEEPS), default="full")
     r.add_argument("--timeout", type=int, default=90)
     r.set_defaults(fn=run)
     d = sub.add_parser("render")

@@ -8,6 +8,11 @@
 //   bw    --queues Q --threads T --depth D --blocks N --layers L --span B --runs R
 //         host-memory backing: write every layer from HBM, read it back into
 //         another buffer with another block map, check bit-exact, GB/s each way
+//   emubw the same with one command per object, checked on the GPU, plus
+//         --copy batch|each|sync   the controller's copy path (TUTTI_EMU_COPY)
+//         --rate G                 bandwidth cap in GB/s (0: none)
+//         --compute 1 [--iosms S]  short FMA kernels launched back to back
+//                                  meanwhile (in an S-SM green context split)
 //
 // Prints one line "RESULT {json}" per run; benchmarks/gpu_iouring.py drives it.
 // Build: nvcc -std=c++17 -arch=sm_90 -O2 -Ilibtutti/include
@@ -19,6 +24,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <time.h>
@@ -32,6 +38,9 @@ struct opts {
 	unsigned queues = 32, threads = 8, depth = 1024, warps = 4;
 	unsigned blocks = 65536, layers = 32, runs = 3, span = 4096;
 	unsigned iosms = 0, iters = 1u << 21;	// cmds: 0 = whole GPU
+	std::string copy = "batch";		// emubw
+	double rate = 0;
+	unsigned compute = 0;
 };
 
 static double now_s(clockid_t c)
@@ -407,6 +416,208 @@ static int bench_interf(const opts &o)
 	return 0;
 }
 
+// Count 16-byte words where block ri[i] of @dst differs from block wi[i] of
+// @src, every layer: the read-back check of emubw, on the GPU.
+__global__ void cmp_blocks_kernel(const uint4 *src, const uint4 *dst, const uint32_t *wi,
+				  const uint32_t *ri, unsigned blocks, unsigned layers,
+				  uint64_t block_words, unsigned long long *bad)
+{
+	unsigned long long n = 0;
+
+	for (uint64_t p = blockIdx.x; p < (uint64_t)layers * blocks; p += gridDim.x) {
+		uint64_t l = p / blocks, i = p % blocks, lw = block_words * blocks;
+		const uint4 *s = src + l * lw + wi[i] * block_words;
+		const uint4 *d = dst + l * lw + ri[i] * block_words;
+
+		for (uint64_t w = threadIdx.x; w < block_words; w += blockDim.x)
+			n += s[w].x != d[w].x || s[w].y != d[w].y || s[w].z != d[w].z ||
+			     s[w].w != d[w].w;
+	}
+	if (n)
+		atomicAdd(bad, n);
+}
+
+// The compute beside the I/O in emubw: a model's launching thread keeps a
+// few short kernels queued, so the controller threads share the CUDA
+// runtime with it as well as the GPU.
+struct compute_load {
+	cudaStream_t s;
+	cudaEvent_t ev[4];
+	float *out;
+	unsigned grid;
+	unsigned long long kernels;
+};
+
+// Queue all layers of @m on r->s and wait; with @c, launch compute kernels
+// (at most 4 queued) until the I/O is done. Returns wall seconds.
+static double emubw_pass(struct gpu_rig *r, struct tt_gio_batch *b, const opts &o,
+			 const struct tt_geometry &g, const layer_io &m, char *buf, uint8_t op,
+			 compute_load *c, bool *ok)
+{
+	uint64_t layer_bytes = (uint64_t)o.blocks * g.n_spans * g.span_bytes;
+	double t0 = now_s(CLOCK_MONOTONIC), t;
+	unsigned k = 0;
+
+	*ok = true;
+	for (unsigned l = 0; l < o.layers; l++) {
+		struct tt_gio_layer d = {};
+
+		d.geo = g;
+		d.layer = l;
+		d.n_blocks = o.blocks;
+		d.slots = m.slots;
+		d.block_ids = m.ids;
+		d.base = (uint64_t)(uintptr_t)buf + l * layer_bytes;
+		d.block_stride = (uint64_t)g.n_spans * g.span_bytes;
+		d.span_stride = g.span_bytes;
+		d.nsid_base = 1;
+		d.op = op;
+		if (tt_gio_prep_layer(b, &d) || tt_gio_submit_wait(r->gio, b, r->s))
+			*ok = false;
+	}
+	while (c && cudaStreamQuery(r->s) == cudaErrorNotReady) {
+		if (now_s(CLOCK_MONOTONIC) - t0 > 120) {
+			std::printf("Bail out! GPU queues hung for 120 s\n");
+			std::fflush(stdout);
+			std::_Exit(1);
+		}
+		if (k >= 4 && cudaEventQuery(c->ev[k % 4]) == cudaErrorNotReady) {
+			std::this_thread::sleep_for(std::chrono::microseconds(10));
+			continue;
+		}
+		fma_kernel<<<c->grid, 256, 0, c->s>>>(c->out, 32768);	// ~70 us
+		cudaEventRecord(c->ev[k % 4], c->s);
+		k++;
+	}
+	if (gpu_sync_or_die(r->s, 120))
+		*ok = false;
+	t = now_s(CLOCK_MONOTONIC) - t0;
+	if (c) {
+		gpu_sync_or_die(c->s, 60);
+		c->kernels += k;
+	}
+	return t;
+}
+
+// Controller bandwidth, host memory <-> HBM, one command per object.
+static int bench_emubw(const opts &o)
+{
+	struct tt_geometry g = geometry(o);
+	uint64_t bytes = (uint64_t)o.blocks * o.layers * 2 * o.span;
+	struct tt_emu_params p = emu_params(o, TT_EMU_HOSTMEM, bytes);
+	struct tt_gpu_domains dom = {};
+	unsigned long long *bad;
+	struct tt_gio_batch *b;
+	compute_load cl = {}, *c = nullptr;
+	cudaStream_t own;
+	struct gpu_rig r;
+	layer_io wm, rm;
+	char *src, *dst;
+	bool has_dom = false;
+	int rc, sms = 0;
+
+	// The controller reads its copy path at open.
+	setenv("TUTTI_EMU_COPY", o.copy.c_str(), 1);
+	p.rate_gbps = o.rate;
+	if ((rc = gpu_rig_open(&r, &p, o.warps))) {
+		std::fprintf(stderr, "open: %d\n", rc);
+		return 1;
+	}
+	own = r.s;
+	if (o.compute) {
+		cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+		cl.grid = 4 * (unsigned)sms;	// one wave, 1024 threads an SM
+		if (o.iosms && !tt_gpu_domains_create(o.iosms, &dom)) {
+			has_dom = true;
+			r.s = dom.io;
+			cl.s = dom.compute;
+			if (dom.green)
+				cl.grid = 4 * dom.compute_sms;
+			else
+				std::fprintf(stderr, "no SM domains (%s): plain streams\n",
+					     dom.reason);
+		} else {
+			cudaStreamCreateWithFlags(&cl.s, cudaStreamNonBlocking);
+		}
+		for (cudaEvent_t &e : cl.ev)
+			cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+		cudaMalloc(&cl.out, (size_t)cl.grid * 256 * 4);
+		// Load the kernel now: a lazy first launch waits for an idle GPU.
+		fma_kernel<<<1, 32, 0, cl.s>>>(cl.out, 1);
+		gpu_sync_or_die(cl.s, 60);
+		c = &cl;
+	}
+	wm = make_maps(o.blocks, 4);
+	rm = wm;
+	{
+		// Read back into other pages: same slots, reversed block ids.
+		std::vector<uint32_t> id(o.blocks);
+		cudaMemcpy(id.data(), wm.ids, o.blocks * 4, cudaMemcpyDeviceToHost);
+		std::reverse(id.begin(), id.end());
+		cudaMalloc(&rm.ids, o.blocks * 4);
+		cudaMemcpy(rm.ids, id.data(), o.blocks * 4, cudaMemcpyHostToDevice);
+	}
+	cudaMalloc(&src, bytes);
+	cudaMalloc(&dst, bytes);
+	cudaMalloc(&bad, sizeof(*bad));
+	gpu_fill(src, bytes, 4321);
+	tt_gio_batch_create(r.gio, o.blocks * 2, &b);
+	cmp_blocks_kernel<<<1, 32>>>((const uint4 *)src, (const uint4 *)dst, wm.ids, rm.ids, 0,
+				     0, 0, bad);
+	cudaDeviceSynchronize();
+	for (unsigned run = 0; run <= o.runs; run++) {
+		unsigned long long n_bad = 0, k0 = cl.kernels;
+		struct tt_emu_stats s0, s1;
+		double ws, rs;
+		uint32_t e1 = 0, e2 = 0;
+		bool ok1, ok2;
+
+		cudaMemset(dst, 0, bytes);
+		cudaMemset(bad, 0, sizeof(*bad));
+		cudaDeviceSynchronize();
+		tt_emu_get_stats(r.emu, &s0);
+		ws = emubw_pass(&r, b, o, g, wm, src, TT_NVME_CMD_WRITE, c, &ok1);
+		tt_gio_batch_result(b, &e1, nullptr);
+		rs = emubw_pass(&r, b, o, g, rm, dst, TT_NVME_CMD_READ, c, &ok2);
+		tt_gio_batch_result(b, &e2, nullptr);
+		tt_emu_get_stats(r.emu, &s1);
+		cmp_blocks_kernel<<<1024, 256>>>((const uint4 *)src, (const uint4 *)dst, wm.ids,
+						 rm.ids, o.blocks, o.layers, 2ull * o.span / 16, bad);
+		cudaMemcpy(&n_bad, bad, sizeof(n_bad), cudaMemcpyDeviceToHost);
+		if (run == 0)
+			continue;	// warm-up
+		std::printf("RESULT {\"mode\":\"emubw\",\"copy\":\"%s\",\"queues\":%u,\"threads\":%u,"
+			    "\"depth\":%u,\"warps\":%u,\"blocks\":%u,\"layers\":%u,\"span\":%u,"
+			    "\"bytes\":%llu,\"rate_gbps\":%.3f,\"compute\":%u,\"io_sms\":%u,"
+			    "\"ok\":%s,\"bit_exact\":%s,\"write_gbps\":%.3f,\"read_gbps\":%.3f,"
+			    "\"emu_bytes\":%llu,\"emu_errors\":%llu,\"compute_kernels\":%llu}\n",
+			    o.copy.c_str(), o.queues, o.threads, o.depth, o.warps, o.blocks, o.layers,
+			    o.span, (unsigned long long)bytes, o.rate, o.compute,
+			    has_dom && dom.green ? dom.io_sms : 0,
+			    ok1 && ok2 && !e1 && !e2 ? "true" : "false", n_bad ? "false" : "true",
+			    bytes / ws / 1e9, bytes / rs / 1e9,
+			    (unsigned long long)(s1.bytes - s0.bytes),
+			    (unsigned long long)(s1.errors - s0.errors), cl.kernels - k0);
+		std::fflush(stdout);
+	}
+	tt_gio_batch_destroy(b);
+	r.s = own;
+	gpu_rig_close(&r);
+	if (c) {
+		for (cudaEvent_t &e : cl.ev)
+			cudaEventDestroy(e);
+		if (!has_dom)
+			cudaStreamDestroy(cl.s);
+		cudaFree(cl.out);
+	}
+	if (has_dom)
+		tt_gpu_domains_destroy(&dom);
+	cudaFree(src);
+	cudaFree(dst);
+	cudaFree(bad);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	opts o;
@@ -418,7 +629,10 @@ int main(int argc, char **argv)
 		std::string k = argv[i];
 		unsigned v = (unsigned)std::strtoul(argv[i + 1], nullptr, 0);
 
-		if (k == "--queues") o.queues = v;
+		if (k == "--copy") o.copy = argv[i + 1];
+		else if (k == "--rate") o.rate = std::strtod(argv[i + 1], nullptr);
+		else if (k == "--compute") o.compute = v;
+		else if (k == "--queues") o.queues = v;
 		else if (k == "--threads") o.threads = v;
 		else if (k == "--depth") o.depth = v;
 		else if (k == "--warps") o.warps = v;
@@ -439,6 +653,9 @@ int main(int argc, char **argv)
 		return bench_bw(o);
 	if (o.mode == "interf")
 		return bench_interf(o);
-	std::fprintf(stderr, "usage: %s cmds|bw [--queues Q] [--threads T] ...\n", argv[0]);
+	if (o.mode == "emubw")
+		return bench_emubw(o);
+	std::fprintf(stderr, "usage: %s cmds|bw|interf|emubw [--queues Q] [--threads T] ...\n",
+		     argv[0]);
 	return 2;
 }

@@ -9,9 +9,19 @@
 // DPTR or Segment / Last Segment chains), move the data, then post one CQE
 // per command with the phase tag, never past the CQ head doorbell.
 // A thread serves queues q, q + n_threads, ...
+//
+// Data movement: what one fetch takes from a queue is a batch; all its
+// copies go to the copy engines in one cudaMemcpyBatchAsync on the batch's
+// own stream, followed by an event. A thread keeps up to EMU_INFLIGHT
+// batches in flight and posts their CQEs in fetch order once the event says
+// the data landed, so it keeps fetching while the DMA runs. TUTTI_EMU_COPY
+// picks the copy path: "batch" (default), "each" (one cudaMemcpyAsync per
+// extent) or "sync" (per extent and a stream sync per batch, the original
+// path), so one benchmark can compare them.
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -28,9 +38,13 @@
 #include "tutti/nvme_sgl.h"
 
 #define EMU_PAGE 4096u
-#define EMU_MAX_FETCH 256u	// SQEs fetched per doorbell look
+#define EMU_MAX_FETCH 256u	// SQEs fetched into one batch
 #define EMU_MAX_SGL_SEGS 64u	// SGL segments followed per command
-#define EMU_BOUNCE (8u << 20)	// file mode bounce buffer per thread
+#define EMU_INFLIGHT 4u		// batches in flight per thread
+#define EMU_SLOT_BOUNCE (4u << 20)	// file mode bounce buffer per batch
+#define EMU_POLL_NS 2000u	// least time between two event queries
+
+enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
 
 namespace {
 
@@ -61,11 +75,36 @@ struct emu_cmd {
 	uint16_t cid;
 	uint16_t status;
 	uint8_t opcode;
+	bool moving;			// its data is in the batch's copies
 	uint32_t nsid;
 	uint64_t off;			// byte offset in the namespace
 	uint64_t bytes;
 	uint32_t ext_first;
 	uint32_t ext_n;
+	char *host;			// namespace memory or bounce buffer;
+					// NULL: file command larger than the bounce
+};
+
+// What one fetch took from one queue, from fetch until its CQEs are posted.
+struct emu_batch {
+	emu_q *q = nullptr;
+	std::vector<emu_cmd> cmds;
+	std::vector<emu_ext> ext;
+	std::vector<void *> dst, src;	// the copies, reads (to the GPU) first
+	std::vector<size_t> len;
+	cudaStream_t stream = nullptr;	// own stream: batches overlap on the CEs
+	cudaEvent_t done = nullptr;
+	char *bounce = nullptr;		// TT_EMU_FILE: EMU_SLOT_BOUNCE bytes
+	bool pending = false;		// done recorded, not yet seen complete
+	uint64_t deadline_ns = 0;	// bandwidth cap: post no earlier
+};
+
+// A controller thread's batches, a FIFO so CQEs go out in fetch order.
+struct emu_worker {
+	emu_batch b[EMU_INFLIGHT];
+	unsigned head = 0, n = 0;
+	unsigned rr = 0;		// queue to look at first next round
+	uint64_t next_poll_ns = 0;
 };
 
 }  // namespace
@@ -84,6 +123,8 @@ struct tt_emu {
 	std::atomic<int> thread_err;
 	std::atomic<uint64_t> cmds, errors, bytes, sq_wraps, cq_wraps, doorbells;
 	std::atomic<uint64_t> next_free_ns;	// bandwidth cap: token time
+	std::atomic<int> copy;			// enum emu_copy_mode
+	std::vector<emu_worker> workers;	// one per thread, made at open
 };
 
 static uint64_t emu_now_ns()
@@ -282,97 +323,271 @@ static void emu_parse(const struct tt_emu *e, const emu_q *q,
 	c.ext_n = (uint32_t)ext.size() - c.ext_first;
 }
 
-// Per-thread resources.
-struct emu_worker {
-	cudaStream_t stream = nullptr;
-	char *bounce = nullptr;
-	std::vector<emu_cmd> cmds;
-	std::vector<emu_ext> ext;
-};
-
-// Move the data of @c between the namespace at @c.off and GPU memory.
-static uint16_t emu_data_hostmem(struct tt_emu *e, emu_worker &w, const emu_cmd &c)
+#if CUDART_VERSION >= 12080
+// Copy attributes for one direction. Stream order for the source: a
+// reused bounce buffer must not be read before the batch that filled it.
+// The location hints only matter for managed or pageable memory, but they
+// say what the copies are (pinned host <-> HBM), and overlap with compute
+// is what a controller's DMA should do.
+static struct cudaMemcpyAttributes emu_attr(int device, bool to_gpu)
 {
-	char *ns = e->ns_mem[c.nsid - 1] + c.off;
-	uint32_t i;
+	struct cudaMemcpyAttributes a;
 
-	for (i = 0; i < c.ext_n; i++) {
-		const emu_ext &x = w.ext[c.ext_first + i];
-		void *gpu = (void *)(uintptr_t)x.addr;
-		cudaError_t r = c.opcode == TT_NVME_CMD_READ ?
-			cudaMemcpyAsync(gpu, ns, x.len, cudaMemcpyDefault, w.stream) :
-			cudaMemcpyAsync(ns, gpu, x.len, cudaMemcpyDefault, w.stream);
+	std::memset(&a, 0, sizeof(a));
+	a.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	a.srcLocHint.type = to_gpu ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+	a.srcLocHint.id = to_gpu ? 0 : device;
+	a.dstLocHint.type = to_gpu ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+	a.dstLocHint.id = to_gpu ? device : 0;
+	a.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+	return a;
+}
+#endif
 
-		if (r != cudaSuccess) {
-			cudaGetLastError();
-			return TT_NVME_SC_DATA_XFER_ERROR;
-		}
-		ns += x.len;
+// All of @b's copies in one call; the first @n_rd go to the GPU.
+static cudaError_t emu_copy_batch(const struct tt_emu *e, emu_batch &b, size_t n_rd)
+{
+#if CUDART_VERSION >= 12080
+	struct cudaMemcpyAttributes a[2];
+	size_t idx[2], na = 0, n = b.len.size();
+
+	if (n_rd) {
+		a[na] = emu_attr(e->device, true);
+		idx[na++] = 0;
 	}
-	return TT_NVME_SC_SUCCESS;
+	if (n_rd < n) {
+		a[na] = emu_attr(e->device, false);
+		idx[na++] = n_rd;
+	}
+#if CUDART_VERSION >= 13000
+	return cudaMemcpyBatchAsync(b.dst.data(), b.src.data(), b.len.data(), n, a, idx, na,
+				    b.stream);
+#else
+	size_t fail = 0;	// 12.8/12.9: which copy failed; we retry per extent anyway
+
+	return cudaMemcpyBatchAsync(b.dst.data(), b.src.data(), b.len.data(), n, a, idx, na,
+				    &fail, b.stream);
+#endif
+#else
+	(void)e;
+	(void)b;
+	(void)n_rd;
+	return cudaErrorNotSupported;
+#endif
 }
 
-static uint16_t emu_data_file(struct tt_emu *e, emu_worker &w, const emu_cmd &c)
+// One cudaMemcpyAsync per extent; a failed copy fails its command alone.
+// Return: commands failed.
+static unsigned emu_copy_each(emu_batch &b)
+{
+	unsigned bad = 0;
+
+	for (emu_cmd &c : b.cmds) {
+		char *h = c.host;
+
+		if (!c.moving)
+			continue;
+		for (uint32_t i = 0; i < c.ext_n; i++) {
+			const emu_ext &x = b.ext[c.ext_first + i];
+			void *gpu = (void *)(uintptr_t)x.addr;
+			cudaError_t r = c.opcode == TT_NVME_CMD_READ ?
+				cudaMemcpyAsync(gpu, h, x.len, cudaMemcpyDefault, b.stream) :
+				cudaMemcpyAsync(h, gpu, x.len, cudaMemcpyDefault, b.stream);
+
+			if (r != cudaSuccess) {
+				cudaGetLastError();
+				c.status = TT_NVME_SC_DATA_XFER_ERROR;
+				c.moving = false;
+				bad++;
+				break;
+			}
+			h += x.len;
+		}
+	}
+	return bad;
+}
+
+// Append the copies of @b's moving @op commands, merging a copy into the
+// previous one when both ends continue it (one DMA descriptor, not two).
+static void emu_add_copies(emu_batch &b, uint8_t op)
+{
+	size_t first = b.len.size();
+
+	for (const emu_cmd &c : b.cmds) {
+		char *h = c.host;
+
+		if (!c.moving || c.opcode != op)
+			continue;
+		for (uint32_t i = 0; i < c.ext_n; i++) {
+			const emu_ext &x = b.ext[c.ext_first + i];
+			char *gpu = (char *)(uintptr_t)x.addr;
+			char *d = op == TT_NVME_CMD_READ ? gpu : h;
+			char *s = op == TT_NVME_CMD_READ ? h : gpu;
+			size_t k = b.len.size();
+
+			if (k > first && (char *)b.dst[k - 1] + b.len[k - 1] == d &&
+			    (char *)b.src[k - 1] + b.len[k - 1] == s) {
+				b.len[k - 1] += x.len;
+			} else {
+				b.dst.push_back(d);
+				b.src.push_back(s);
+				b.len.push_back(x.len);
+			}
+			h += x.len;
+		}
+	}
+}
+
+static void emu_fail_moving(emu_batch &b)
+{
+	for (emu_cmd &c : b.cmds)
+		if (c.moving) {
+			c.status = TT_NVME_SC_DATA_XFER_ERROR;
+			c.moving = false;
+		}
+}
+
+// A file command larger than the bounce buffer: chunk by chunk, waiting for
+// each. Rare (only with a large or no MDTS), so kept simple.
+static uint16_t emu_data_chunked(struct tt_emu *e, emu_batch &b, const emu_cmd &c)
 {
 	int fd = e->p.fds[c.nsid - 1];
-	uint64_t done = 0, chunk;
+	uint64_t done = 0, chunk, in_ext = 0;
 	uint32_t i = 0;
-	uint64_t in_ext = 0;
 
 	while (done < c.bytes) {
-		chunk = c.bytes - done < EMU_BOUNCE ? c.bytes - done : EMU_BOUNCE;
+		chunk = c.bytes - done < EMU_SLOT_BOUNCE ? c.bytes - done : EMU_SLOT_BOUNCE;
 		if (c.opcode == TT_NVME_CMD_READ &&
-		    pread(fd, w.bounce, chunk, (off_t)(c.off + done)) != (ssize_t)chunk)
+		    pread(fd, b.bounce, chunk, (off_t)(c.off + done)) != (ssize_t)chunk)
 			return TT_NVME_SC_READ_ERROR;
 		// Copy the chunk between the bounce buffer and the extents.
-		for (uint64_t b = 0; b < chunk;) {
-			const emu_ext &x = w.ext[c.ext_first + i];
-			uint64_t n = x.len - in_ext < chunk - b ? x.len - in_ext : chunk - b;
+		for (uint64_t o = 0; o < chunk;) {
+			const emu_ext &x = b.ext[c.ext_first + i];
+			uint64_t n = x.len - in_ext < chunk - o ? x.len - in_ext : chunk - o;
 			void *gpu = (void *)(uintptr_t)(x.addr + in_ext);
 			cudaError_t r = c.opcode == TT_NVME_CMD_READ ?
-				cudaMemcpyAsync(gpu, w.bounce + b, n, cudaMemcpyDefault, w.stream) :
-				cudaMemcpyAsync(w.bounce + b, gpu, n, cudaMemcpyDefault, w.stream);
+				cudaMemcpyAsync(gpu, b.bounce + o, n, cudaMemcpyDefault, b.stream) :
+				cudaMemcpyAsync(b.bounce + o, gpu, n, cudaMemcpyDefault, b.stream);
 
 			if (r != cudaSuccess) {
 				cudaGetLastError();
 				return TT_NVME_SC_DATA_XFER_ERROR;
 			}
-			b += n;
+			o += n;
 			in_ext += n;
 			if (in_ext == x.len) {
 				i++;
 				in_ext = 0;
 			}
 		}
-		if (cudaStreamSynchronize(w.stream) != cudaSuccess)
+		if (cudaStreamSynchronize(b.stream) != cudaSuccess) {
+			cudaGetLastError();
 			return TT_NVME_SC_DATA_XFER_ERROR;
+		}
 		if (c.opcode == TT_NVME_CMD_WRITE &&
-		    pwrite(fd, w.bounce, chunk, (off_t)(c.off + done)) != (ssize_t)chunk)
+		    pwrite(fd, b.bounce, chunk, (off_t)(c.off + done)) != (ssize_t)chunk)
 			return TT_NVME_SC_WRITE_FAULT;
 		done += chunk;
 	}
 	return TT_NVME_SC_SUCCESS;
 }
 
-// Hold completions back so the data rate stays under the cap.
-static void emu_throttle(struct tt_emu *e, uint64_t bytes)
+// Reserve @bytes on the shared token clock of the bandwidth cap. Return:
+// when the batch may complete, 0 for now. Reserved when the copies are
+// issued, so the DMA runs while the clock runs, and batches queued ahead
+// keep the clock busy: the rate holds at the cap.
+static uint64_t emu_reserve(struct tt_emu *e, uint64_t bytes)
 {
 	uint64_t now, start, cost, cur;
 
 	if (e->p.rate_gbps <= 0 || bytes == 0)
-		return;
+		return 0;
 	cost = (uint64_t)((double)bytes / e->p.rate_gbps); // ns at rate GB/s
 	now = emu_now_ns();
 	cur = e->next_free_ns.load(std::memory_order_relaxed);
 	do {
 		start = cur > now ? cur : now;
 	} while (!e->next_free_ns.compare_exchange_weak(cur, start + cost));
-	while (emu_now_ns() < start + cost) {
-		if (start + cost - emu_now_ns() > 200000)
-			std::this_thread::sleep_for(std::chrono::microseconds(100));
+	return start + cost;
+}
+
+// The data of @b landed: file writes go out of the bounce buffer now.
+static void emu_landed(struct tt_emu *e, emu_batch &b)
+{
+	if (e->p.backing != TT_EMU_FILE)
+		return;
+	for (emu_cmd &c : b.cmds)
+		if (c.moving && c.opcode == TT_NVME_CMD_WRITE &&
+		    pwrite(e->p.fds[c.nsid - 1], c.host, c.bytes, (off_t)c.off) !=
+			    (ssize_t)c.bytes)
+			c.status = TT_NVME_SC_WRITE_FAULT;
+}
+
+// Start moving @b's data: file reads into the bounce buffer, then every
+// copy, then the event that says they landed.
+static void emu_issue(struct tt_emu *e, emu_batch &b)
+{
+	int mode = e->copy.load(std::memory_order_relaxed);
+	uint64_t bytes = 0;
+	size_t n_rd;
+
+	b.pending = false;
+	b.deadline_ns = 0;
+	b.dst.clear();
+	b.src.clear();
+	b.len.clear();
+	if (e->p.backing == TT_EMU_NULL)
+		return;
+	for (emu_cmd &c : b.cmds) {
+		if (c.status != TT_NVME_SC_SUCCESS || c.bytes == 0)
+			continue;
+		if (!c.host)
+			c.status = emu_data_chunked(e, b, c);
+		else if (e->p.backing == TT_EMU_FILE && c.opcode == TT_NVME_CMD_READ &&
+			 pread(e->p.fds[c.nsid - 1], c.host, c.bytes, (off_t)c.off) !=
+				 (ssize_t)c.bytes)
+			c.status = TT_NVME_SC_READ_ERROR;
 		else
-			emu_relax();
+			c.moving = true;
+		if (c.status == TT_NVME_SC_SUCCESS)
+			bytes += c.bytes;
 	}
+	emu_add_copies(b, TT_NVME_CMD_READ);
+	n_rd = b.len.size();
+	emu_add_copies(b, TT_NVME_CMD_WRITE);
+	if (!b.len.empty()) {
+		cudaError_t r = cudaSuccess;
+
+		if (mode == EMU_COPY_BATCH)
+			r = emu_copy_batch(e, b, n_rd);
+		if (mode != EMU_COPY_BATCH) {
+			emu_copy_each(b);
+		} else if (r != cudaSuccess) {
+			cudaGetLastError();
+			// Per extent, a bad address fails its command alone. If
+			// that moves everything, the batch API cannot do here
+			// what cudaMemcpyAsync can (old driver): stop using it.
+			if (emu_copy_each(b) == 0 &&
+			    e->copy.exchange(EMU_COPY_EACH) == EMU_COPY_BATCH)
+				std::fprintf(stderr, "tutti emu_ctrl: cudaMemcpyBatchAsync: %s; "
+					     "copying per extent\n", cudaGetErrorString(r));
+		}
+		if (mode == EMU_COPY_SYNC) {
+			if (cudaStreamSynchronize(b.stream) != cudaSuccess) {
+				cudaGetLastError();
+				emu_fail_moving(b);
+			}
+		} else if (cudaEventRecord(b.done, b.stream) != cudaSuccess) {
+			cudaGetLastError();
+			cudaStreamSynchronize(b.stream);	// the bounce is reused next
+			emu_fail_moving(b);
+		} else {
+			b.pending = true;
+		}
+	}
+	if (!b.pending)
+		emu_landed(e, b);
+	b.deadline_ns = emu_reserve(e, bytes);
 }
 
 // Post one CQE; waits for CQ room. Return: false when stopping.
@@ -403,13 +618,12 @@ static bool emu_post(struct tt_emu *e, emu_q *q, uint16_t cid, uint16_t status)
 	return true;
 }
 
-// Serve what queue @q's doorbell offers. Return: commands handled.
-static unsigned emu_serve(struct tt_emu *e, emu_worker &w, emu_q *q)
+// Fetch what queue @q's doorbell offers into @b. Return: commands fetched.
+static unsigned emu_fetch(struct tt_emu *e, emu_q *q, emu_batch &b)
 {
 	uint32_t tail = __atomic_load_n((const uint32_t *)q->sq_db, __ATOMIC_ACQUIRE);
-	uint64_t bytes = 0;
-	uint16_t st;
-	bool sync = false;
+	bool file = e->p.backing == TT_EMU_FILE;
+	uint64_t used = 0;
 	unsigned n = 0;
 
 	if (tail >= q->depth || tail == q->sq_head)
@@ -418,84 +632,183 @@ static unsigned emu_serve(struct tt_emu *e, emu_worker &w, emu_q *q)
 		q->last_db = tail;
 		e->doorbells.fetch_add(1, std::memory_order_relaxed);
 	}
-	w.cmds.clear();
-	w.ext.clear();
+	b.q = q;
+	b.cmds.clear();
+	b.ext.clear();
 	while (q->sq_head != tail && n < EMU_MAX_FETCH) {
 		struct tt_nvme_sqe s;
 		emu_cmd c;
+		bool alone = false;
 
 		std::memcpy(&s, &q->sq[q->sq_head], sizeof(s));
-		emu_parse(e, q, &s, c, w.ext);
-		w.cmds.push_back(c);
+		emu_parse(e, q, &s, c, b.ext);
+		c.moving = false;
+		c.host = nullptr;
+		if (c.status == TT_NVME_SC_SUCCESS && c.bytes && e->p.backing != TT_EMU_NULL) {
+			if (!file) {
+				c.host = e->ns_mem[c.nsid - 1] + c.off;
+			} else if (used + c.bytes <= EMU_SLOT_BOUNCE) {
+				c.host = b.bounce + used;
+				// Page aligned for O_DIRECT files.
+				used += (c.bytes + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
+			} else if (n) {
+				// The bounce buffer is full: leave it in the SQ for
+				// the next batch.
+				b.ext.resize(c.ext_first);
+				break;
+			} else {
+				alone = true;	// larger than the bounce: chunked
+			}
+		}
+		b.cmds.push_back(c);
 		if (++q->sq_head == q->depth) {
 			q->sq_head = 0;
 			e->sq_wraps.fetch_add(1, std::memory_order_relaxed);
 		}
 		n++;
+		if (alone)
+			break;
 	}
-	for (emu_cmd &c : w.cmds) {
-		if (c.status != TT_NVME_SC_SUCCESS || c.bytes == 0 ||
-		    e->p.backing == TT_EMU_NULL)
-			continue;
-		if (e->p.backing == TT_EMU_HOSTMEM) {
-			c.status = emu_data_hostmem(e, w, c);
-			sync = true;
-		} else {
-			c.status = emu_data_file(e, w, c);
-		}
-		if (c.status == TT_NVME_SC_SUCCESS)
-			bytes += c.bytes;
-	}
-	if (sync && cudaStreamSynchronize(w.stream) != cudaSuccess) {
-		cudaGetLastError();
-		for (emu_cmd &c : w.cmds)
-			if (c.status == TT_NVME_SC_SUCCESS && c.bytes)
-				c.status = TT_NVME_SC_DATA_XFER_ERROR;
-	}
-	emu_throttle(e, bytes);
-	for (emu_cmd &c : w.cmds) {
-		st = c.status;
-		if (!emu_post(e, q, c.cid, st))
-			return n;
-		if (st)
-			e->errors.fetch_add(1, std::memory_order_relaxed);
-	}
-	e->bytes.fetch_add(bytes, std::memory_order_relaxed);
-	e->cmds.fetch_add(n, std::memory_order_relaxed);
-	q->cmds.fetch_add(n, std::memory_order_relaxed);
 	return n;
 }
 
+// Post @b's CQEs once its data landed and the cap allows.
+// Return: 1 posted, 0 not yet, -1 stopping.
+static int emu_complete(struct tt_emu *e, emu_worker &w, emu_batch &b)
+{
+	uint64_t bytes = 0;
+	unsigned n = 0;
+
+	if (b.pending) {
+		// Rate-limited: the query enters the runtime, which the
+		// application's launching thread needs too.
+		uint64_t now = emu_now_ns();
+		cudaError_t r;
+
+		if (now < w.next_poll_ns)
+			return 0;
+		w.next_poll_ns = now + EMU_POLL_NS;
+		r = cudaEventQuery(b.done);
+		if (r == cudaErrorNotReady)
+			return 0;
+		if (r != cudaSuccess) {
+			cudaGetLastError();
+			emu_fail_moving(b);
+		}
+		b.pending = false;
+		emu_landed(e, b);
+	}
+	if (b.deadline_ns && emu_now_ns() < b.deadline_ns)
+		return 0;
+	for (const emu_cmd &c : b.cmds) {
+		if (!emu_post(e, b.q, c.cid, c.status))
+			return -1;
+		if (c.status)
+			e->errors.fetch_add(1, std::memory_order_relaxed);
+		else if (e->p.backing != TT_EMU_NULL)
+			bytes += c.bytes;
+		n++;
+	}
+	e->bytes.fetch_add(bytes, std::memory_order_relaxed);
+	e->cmds.fetch_add(n, std::memory_order_relaxed);
+	b.q->cmds.fetch_add(n, std::memory_order_relaxed);
+	return 1;
+}
+
+// Post every batch at the head of @w's FIFO that is done.
+// Return: batches posted, -1 when stopping.
+static int emu_reap(struct tt_emu *e, emu_worker &w)
+{
+	int got = 0, r;
+
+	while (w.n) {
+		r = emu_complete(e, w, w.b[w.head]);
+		if (r <= 0)
+			return r < 0 ? -1 : got;
+		w.head = (w.head + 1) % EMU_INFLIGHT;
+		w.n--;
+		got++;
+	}
+	return got;
+}
+
+// The CUDA calls a controller thread makes once running are only these:
+// cudaMemcpyBatchAsync / cudaMemcpyAsync and cudaEventRecord on its own
+// non-blocking streams, and rate-limited cudaEventQuery (cudaStreamSynchronize
+// on such a stream in the "sync" mode and for oversized file commands).
+// Streams, events and bounce buffers are made in tt_emu_open(): no
+// allocation, no legacy-stream call, nothing that waits for the device,
+// while GPU kernels spin on our completions.
 static void emu_thread(struct tt_emu *e, unsigned id)
 {
-	emu_worker w;
+	emu_worker &w = e->workers[id];
+	std::vector<emu_q *> mine;
 	unsigned idle = 0;
+	int r;
 
-	if (cudaSetDevice(e->device) != cudaSuccess ||
-	    cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking) != cudaSuccess ||
-	    (e->p.backing == TT_EMU_FILE &&
-	     cudaHostAlloc(&w.bounce, EMU_BOUNCE, cudaHostAllocDefault) != cudaSuccess)) {
+	for (size_t q = id; q < e->qs.size(); q += e->p.n_threads)
+		mine.push_back(e->qs[q]);
+	if (cudaSetDevice(e->device) != cudaSuccess) {
 		e->thread_err.store(-EIO);
 		return;
 	}
-	w.cmds.reserve(EMU_MAX_FETCH);
-	w.ext.reserve(EMU_MAX_FETCH * 4);
 	while (!e->stop.load(std::memory_order_relaxed)) {
 		unsigned got = 0;
 
-		for (size_t q = id; q < e->qs.size(); q += e->p.n_threads)
-			got += emu_serve(e, w, e->qs[q]);
+		// Each queue in turn gets a free batch, starting one further
+		// each round so no queue always comes last.
+		for (size_t k = 0; k < mine.size(); k++) {
+			emu_q *q = mine[(w.rr + k) % mine.size()];
+
+			if ((r = emu_reap(e, w)) < 0)
+				return;
+			got += r;
+			if (w.n < EMU_INFLIGHT) {
+				emu_batch &b = w.b[(w.head + w.n) % EMU_INFLIGHT];
+
+				if (emu_fetch(e, q, b)) {
+					emu_issue(e, b);
+					w.n++;
+					got++;
+				}
+			}
+		}
+		if (!mine.empty())
+			w.rr = (w.rr + 1) % mine.size();
+		if ((r = emu_reap(e, w)) < 0)
+			return;
+		got += r;
 		if (got) {
 			idle = 0;
+		} else if (w.n == EMU_INFLIGHT && !w.b[w.head].pending &&
+			   w.b[w.head].deadline_ns > emu_now_ns() + 200000) {
+			// Held back by the cap, with nothing free to fetch into.
+			std::this_thread::sleep_for(std::chrono::microseconds(100));
 		} else if (++idle > 4096) {
 			sched_yield();
 		} else {
 			emu_relax();
 		}
 	}
-	if (w.bounce)
-		cudaFreeHost(w.bounce);
-	cudaStreamDestroy(w.stream);
+}
+
+static int emu_worker_init(struct tt_emu *e, emu_worker &w)
+{
+	for (emu_batch &b : w.b) {
+		if (cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess ||
+		    cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess)
+			return -EIO;
+		if (e->p.backing == TT_EMU_FILE &&
+		    cudaHostAlloc((void **)&b.bounce, EMU_SLOT_BOUNCE, cudaHostAllocDefault) !=
+			    cudaSuccess)
+			return -ENOMEM;
+		b.cmds.reserve(EMU_MAX_FETCH);
+		b.ext.reserve(EMU_MAX_FETCH * 4);
+		b.dst.reserve(EMU_MAX_FETCH * 4);
+		b.src.reserve(EMU_MAX_FETCH * 4);
+		b.len.reserve(EMU_MAX_FETCH * 4);
+	}
+	return 0;
 }
 
 extern "C" void tt_emu_close(struct tt_emu *c)
@@ -507,6 +820,17 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	c->stop.store(true);
 	for (std::thread &t : c->threads)
 		t.join();
+	for (emu_worker &w : c->workers)
+		for (emu_batch &b : w.b) {
+			if (b.stream) {
+				cudaStreamSynchronize(b.stream);	// a stop mid-batch
+				cudaStreamDestroy(b.stream);
+			}
+			if (b.done)
+				cudaEventDestroy(b.done);
+			if (b.bounce)
+				cudaFreeHost(b.bounce);
+		}
 	for (emu_q *q : c->qs) {
 		if (q->mem)
 			cudaFreeHost(q->mem);
@@ -533,12 +857,21 @@ static int emu_host_alloc(void **host, void **dev, size_t bytes)
 
 extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 {
+	const char *mode = std::getenv("TUTTI_EMU_COPY");
 	struct tt_emu *c;
 	size_t bar_bytes;
 	unsigned i;
-	int rc;
+	int rc, copy;
 
 	*out = nullptr;
+	if (!mode || !std::strcmp(mode, "batch"))
+		copy = EMU_COPY_BATCH;
+	else if (!std::strcmp(mode, "each"))
+		copy = EMU_COPY_EACH;
+	else if (!std::strcmp(mode, "sync"))
+		copy = EMU_COPY_SYNC;
+	else
+		return -EINVAL;	// a typo must not measure the wrong path
 	if (!p || p->n_queues == 0 || p->n_queues > 1024 || p->depth < 2 ||
 	    p->depth > 65536 || p->n_threads == 0 || p->n_ns == 0 ||
 	    p->n_ns > TT_EMU_MAX_NS || (p->lba_shift != 9 && p->lba_shift != 12) ||
@@ -559,6 +892,7 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	c->thread_err.store(0);
 	c->cmds = c->errors = c->bytes = c->sq_wraps = c->cq_wraps = c->doorbells = 0;
 	c->next_free_ns = 0;
+	c->copy.store(copy);
 	std::memset(c->ns_mem, 0, sizeof(c->ns_mem));
 	c->bar = nullptr;
 	if (cudaGetDevice(&c->device) != cudaSuccess) {
@@ -613,6 +947,12 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		m->list_bus = l_b ? (uint64_t)(uintptr_t)(host + l_off) : 0;
 		m->list_chunks = p->list_chunks;
 		m->chunk_bytes = EMU_PAGE;
+	}
+	if (!rc) {
+		c->workers.resize(p->n_threads);
+		for (emu_worker &w : c->workers)
+			if (!rc)
+				rc = emu_worker_init(c, w);
 	}
 	if (rc) {
 		tt_emu_close(c);
