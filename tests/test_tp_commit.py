@@ -28,6 +28,8 @@ from tutti.tp import (abstain, agree, commit, head_range, join_shards, orphans, 
 
 HELPER = os.path.join(os.path.dirname(__file__), "helpers", "tp_rank.py")
 ADMIN = os.path.join(os.path.dirname(sys.executable), "tutti-admin")
+# Where the package is on PYTHONPATH rather than installed (the GPU machine).
+ADMIN_CMD = [ADMIN] if os.path.exists(ADMIN) else [sys.executable, "-m", "tutti.cli"]
 KEYS = list(range(12))      # three batches of four
 N_SLOTS = 32
 
@@ -129,14 +131,14 @@ def reconcile_and_verify(d, world):
         for s in stores:
             s.close()
     for r in range(world):
-        res = subprocess.run([ADMIN, "check", tr.store_path(d, r)], capture_output=True, text=True)
+        res = subprocess.run(ADMIN_CMD + ["check", tr.store_path(d, r)], capture_output=True, text=True)
         assert res.returncode == 0, f"tutti-admin check rank {r}:\n{res.stdout}{res.stderr}"
     return present, dropped
 
 
-def group_read(d, world, keys, reconcile_first=False):
+def group_read(d, world, keys, reconcile_first=False, **extra):
     """Ranks read ``keys`` with the group rule; returns served keys, reassembled KV checked."""
-    opts = {"keys": ",".join(map(str, keys))}
+    opts = {"keys": ",".join(map(str, keys)), **extra}
     if reconcile_first:
         opts["reconcile"] = True
     outs = wait_all(spawn(d, world, "read", **opts))

@@ -16,6 +16,11 @@ read: group lookup of --keys (after reconcile_group with --reconcile), layer-wis
   writes D/read.r<rank>.json (served keys, orphans dropped) and each served key's shard
   to D/shard.r<rank>.k<key>.bin
 loop: writes random batches forever (random kill trials), reporting each committed batch.
+
+--gpu: rank r runs on CUDA device r with an NCCL group for tensors and gloo for the
+commit votes (as vLLM's device and CPU groups), and its store moves KV between the
+member files and that GPU's memory through a data path (tutti.gpu.store, --path
+staged or gio): the shard is written from HBM and read back into HBM.
 """
 import argparse
 import datetime
@@ -65,12 +70,51 @@ def _fill(buf, keys, rank, world):
                 buf.block_view(layer, span, b)[:] = shard[layer, span].numpy().tobytes()
 
 
+class GpuBuf:
+    """The rank's paged KV in its GPU's memory: [layers, 2, blocks, block_size, heads, head_dim]."""
+
+    def __init__(self, n_blocks, rank, world):
+        from tutti.gpu.store import DeviceKV  # noqa: PLC0415 - only on GPU ranks
+
+        heads = shard_of(reference_block(0), rank, world).shape[3]
+        self.rank, self.world = rank, world
+        self.kv = torch.zeros((MODEL.n_layers, 2, n_blocks, MODEL.block_size, heads, MODEL.head_dim),
+                              dtype=torch.int16, device=torch.cuda.current_device())
+        self.mem = DeviceKV.from_tensor(self.kv)
+
+    def fill(self, keys):
+        for b, k in enumerate(keys):
+            shard = shard_of(reference_block(k), self.rank, self.world)
+            self.kv[:, :, b].copy_(shard)
+        torch.cuda.synchronize()
+
+    def block_bytes(self, b):
+        return self.kv[:, :, b].contiguous().cpu().numpy().tobytes()
+
+
+def _fill_any(buf, keys, rank, world):
+    if isinstance(buf, GpuBuf):
+        buf.fill(keys)
+    else:
+        _fill(buf, keys, rank, world)
+
+
+def _new_buf(store, n, args):
+    if args.gpu:
+        return GpuBuf(n, args.rank, args.world)
+    return PagedBuffer.for_geometry(store.geometry, n)
+
+
 def write_batch(store, buf, keys, args, batch):
     names = [key_name(k) for k in keys]
     at = batch == args.at_batch
-    txn = store.write(names)
+    ids = list(range(len(keys)))
+    txn = store.write(names, buf.mem, ids) if args.gpu else store.write(names)
     for layer in range(MODEL.n_layers):
-        txn.layer(layer, buf, list(range(len(keys))))
+        if args.gpu:
+            txn.layer(layer)
+        else:
+            txn.layer(layer, buf, ids)
         if at and args.kill_at_layer == layer:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -87,11 +131,11 @@ def write_batch(store, buf, keys, args, batch):
 
 def cmd_write(store, args):
     keys = [int(k) for k in args.keys.split(",")]
-    buf = PagedBuffer.for_geometry(store.geometry, args.batch)
+    buf = _new_buf(store, args.batch, args)
     out = []
     for batch, i in enumerate(range(0, len(keys), args.batch)):
         part = keys[i:i + args.batch]
-        _fill(buf, part, args.rank, args.world)
+        _fill_any(buf, part, args.rank, args.world)
         done = write_batch(store, buf, part, args, batch)
         out.append([k for k, ok in zip(part, done) if ok])
     print(json.dumps({"committed": out}))
@@ -99,11 +143,11 @@ def cmd_write(store, args):
 
 def cmd_loop(store, args):
     rng = random.Random(args.seed)
-    buf = PagedBuffer.for_geometry(store.geometry, args.batch)
+    buf = _new_buf(store, args.batch, args)
     batch = 0
     while True:
         part = rng.sample(range(args.n_keys), args.batch)
-        _fill(buf, part, args.rank, args.world)
+        _fill_any(buf, part, args.rank, args.world)
         done = write_batch(store, buf, part, args, batch)
         print(json.dumps({"batch": batch, "committed": [k for k, ok in zip(part, done) if ok]}),
               flush=True)
@@ -117,10 +161,16 @@ def cmd_read(store, args):
     served = [(k, s) for k, s in zip(keys, slots) if s is not None]
     ok = []
     if served:
-        buf = PagedBuffer.for_geometry(store.geometry, len(served))
-        with store.read([s for _, s in served]) as txn:
+        buf = _new_buf(store, len(served), args)
+        ids = list(range(len(served)))
+        txn = (store.read([s for _, s in served], buf.mem, ids) if args.gpu
+               else store.read([s for _, s in served]))
+        with txn:
             for layer in range(MODEL.n_layers):
-                txn.layer(layer, buf, list(range(len(served))))
+                if args.gpu:
+                    txn.layer(layer)
+                else:
+                    txn.layer(layer, buf, ids)
                 txn.wait_layer(layer)
             status = txn.finish()
         good = loaded_everywhere(status)
@@ -129,7 +179,7 @@ def cmd_read(store, args):
                 continue
             ok.append(k)
             with open(os.path.join(args.dir, f"shard.r{args.rank}.k{k}.bin"), "wb") as f:
-                f.write(buf.contiguous_block(b))
+                f.write(buf.block_bytes(b) if args.gpu else buf.contiguous_block(b))
     with open(os.path.join(args.dir, f"read.r{args.rank}.json"), "w") as f:
         json.dump({"served": ok, "dropped": [d.hex() for d in dropped]}, f)
 
@@ -150,12 +200,28 @@ def main():
     ap.add_argument("--reconcile", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-keys", type=int, default=24)
+    ap.add_argument("--gpu", action="store_true", help="CUDA device = rank, NCCL + gloo groups")
+    ap.add_argument("--path", default="staged", choices=["staged", "gio"])
     args = ap.parse_args()
+    backend = "gloo"
+    if args.gpu:
+        torch.cuda.set_device(args.rank)
+        backend = "cpu:gloo,cuda:nccl"  # votes are CPU tensors: gloo; device tensors: NCCL
     # A dead peer must fail a collective, not hang it.
-    dist.init_process_group("gloo", init_method=f"file://{args.rdv}", rank=args.rank,
+    dist.init_process_group(backend, init_method=f"file://{args.rdv}", rank=args.rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=30))
     fp = shard_fingerprint(MODEL, args.rank, args.world)
-    with Store.open([store_path(args.dir, args.rank)], expect=fp) as store:
+    if args.gpu:
+        from tutti.gpu.store import GpuStore  # noqa: PLC0415
+
+        store = GpuStore.open([store_path(args.dir, args.rank)], expect=fp).attach(args.path)
+        # The NCCL group carries a device tensor too, so a broken NCCL setup fails here.
+        one = torch.ones(1, device="cuda")
+        dist.all_reduce(one)
+        assert one.item() == args.world, "NCCL all_reduce"
+    else:
+        store = Store.open([store_path(args.dir, args.rank)], expect=fp)
+    with store:
         {"write": cmd_write, "read": cmd_read, "loop": cmd_loop}[args.mode](store, args)
     dist.destroy_process_group()
 
