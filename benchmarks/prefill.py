@@ -7,13 +7,16 @@
       model (random bf16 weights) for 32K, 64K, 128K-token prompts: recompute vs prefix KV
       already in HBM vs Tutti (prefix KV read layer by layer from the store through GPU-built
       NVMe commands, overlapped with compute), and a fine hit-rate sweep around the model's
-      predicted crossover to measure where bubbles start
+      predicted crossover to measure where bubbles start; --quick: 32K only, a few points (< 2 min)
   prefill.py render --json prefill_h200.json --doc docs/benchmarks.md
       writes the section "Layer-wise prefill (H200)" (only it)
 
-The store is striped over 2 namespaces of one emulated controller (host threads, pinned host
-memory, bandwidth cap 2 x 14 GB/s); the prefix KV is random bytes written to the store first,
-so hbm and tutti runs attend to identical KV and must produce identical logits.
+The store is a real Tutti store (tutti.gpu.GpuStore) striped over 2 member files (on /dev/shm by
+default), moved by its gio data path: GPU threads build NVMe commands for an emulated controller
+(host threads, bandwidth cap 2 x 14 GB/s) that serves the member files; every loaded block is
+verified against its commit record with checksums computed on the GPU.  The prefix KV is random
+bytes written through the store first, so hbm and tutti runs attend to identical KV and must
+produce identical logits.
 
 Crossover, measured exactly as tutti.sched.crossover_hit_rate predicts it: the hit rate h at
 which one layer's load (h*T tokens of KV) takes as long as that layer's compute ((1-h)*T new
@@ -29,8 +32,10 @@ import json
 import os
 import platform
 import statistics
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,8 +101,8 @@ def run(args):
     import torch
 
     from tutti import gpu
-    from tutti.prefill import LLAMA3_8B_SHAPE, Decoder, GioKV, PagedKVCache, PrefillHarness, new_block_table
-    from tutti.prefill.kvio import open_emulated_store
+    from tutti.prefill import LLAMA3_8B_SHAPE, Decoder, PagedKVCache, PrefillHarness, new_block_table
+    from tutti.prefill.kvio import StoreKV, open_store
     from tutti.prefill.profiling import device_name, measure_io, profile_layer, profile_table
     from tutti.sched import ComputeProfile, Hardware, SlackScheduler, crossover_hit_rate, predict
 
@@ -116,8 +121,10 @@ def run(args):
         "kernel": platform.release(), "torch": torch.__version__, "python": platform.python_version(),
         "library": str(gpu.library_path()),
         "model": {**shape.to_dict("bfloat16"), "name": "Llama-3-8B shape, random weights"},
-        "emulator": {"namespaces": args.namespaces, "rate_cap_gbps": args.rate_gbps, "backing": "hostmem",
-                     "queues": args.queues, "threads": args.threads, "depth": 1024},
+        "emulator": {"namespaces": args.namespaces, "rate_cap_gbps": args.rate_gbps,
+                     "backing": f"file (the store's members in {args.store_dir})", "queues": args.queues,
+                     "threads": args.threads, "depth": args.depth},
+        "store": {"path": "gio", "dir": args.store_dir, "members": args.namespaces, "verify": "GPU XXH3, every load"},
     }, "runs": [], "sweeps": {}}
 
     def save():
@@ -143,15 +150,23 @@ def run(args):
     # write region: the new full blocks of the run with the most of them (32K: any hit rate, for the
     # fine sweep wherever the crossover falls)
     max_writes = max([(t - int(min(hs) * t)) // BS for t, hs, _ in runs] + [32768 // BS])
-    ctrl, gio, geo = open_emulated_store(shape, dtype="bfloat16", n_slots=n_blocks + max_writes,
-                                         n_ns=args.namespaces, rate_gbps=args.rate_gbps, n_queues=args.queues,
-                                         n_threads=args.threads)
-    kv = GioKV(gio, geo, cache, n_blocks)
+    n_slots = n_blocks + max_writes + 64
+    slot_bytes = shape.n_layers * 2 * -(-shape.block_size * shape.n_kv_heads * shape.head_dim * 2 // 4096) * 4096
+    need, free = n_slots * slot_bytes * 1.02 + 64 * 2**20, shutil.disk_usage(args.store_dir).free
+    if free < need:
+        sys.exit(f"{args.store_dir}: {free / 2**30:.1f} GiB free, the store needs {need / 2**30:.1f} GiB "
+                 "(--store-dir elsewhere, or --quick)")
+    store_dir = tempfile.mkdtemp(prefix="tutti-prefill-", dir=args.store_dir)
+    store = open_store(shape, store_dir, dtype="bfloat16", n_slots=n_slots, n_members=args.namespaces, path="gio",
+                       rate_gbps=args.rate_gbps, n_queues=args.queues, n_threads=args.threads, depth=args.depth)
+    geo = store.geometry
+    kv = StoreKV(store, cache)
     log(f"model, {cache.kv.numel() * 2 / 2**30:.1f} GiB cache, store of {geo.n_slots} slots on "
-        f"{args.namespaces} namespaces")
+        f"{args.namespaces} members in {store_dir}, gio path")
 
-    # 3. store I/O rates (write then bit-exact read-back of 32K tokens' KV, all layers)
-    io = measure_io(kv, cache, 2048, list(range(2048)))
+    # 3. store I/O rates (write then bit-exact read-back of 32K tokens' KV, all layers; 16K with --quick)
+    n_io = 1024 if args.quick else 2048
+    io = measure_io(kv, cache, n_io, [f"io-{i}" for i in range(n_io)])
     log(f"I/O: write {io['write_gbps']:.2f} GB/s, read {io['read_gbps']:.2f} GB/s under compute "
         f"(idle {io['write_gbps_idle']:.2f} / {io['read_gbps_idle']:.2f}), bit-exact {io['bit_exact']}")
     out["io"] = io
@@ -167,20 +182,22 @@ def run(args):
     out["fit"] = profile.describe()
     save()
 
-    # 4. the prefix KV: every block of the longest prompt, in a shuffled block table, to shuffled slots
+    # 4. the prefix KV: every block of the longest prompt, in a shuffled block table, committed under keys
     table = new_block_table(n_blocks, n_blocks, seed=2, device=dev)
-    slots = torch.randperm(n_blocks, generator=torch.Generator().manual_seed(3)).tolist()
-    write_slots = list(range(n_blocks, n_blocks + max_writes))
-    kv.bind([], [], slots, table.tolist())
+    prefix_keys = [f"prefix-{b}" for b in range(n_blocks)]
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    kv.bind([], [], prefix_keys, table.tolist())
     for l in range(shape.n_layers):
         kv.write(l, None)
-    torch.cuda.synchronize()
+    fill_errors = kv.finish()  # durable and committed
     fill_s = time.perf_counter() - t0
+    slots = store.lookup(prefix_keys)
+    if fill_errors or None in slots:
+        sys.exit(f"storing the prefix failed: {fill_errors} blocks, status {kv.last_status['write'][:8]}...")
     ref = cache.kv.view(torch.int16).sum(dim=(1, 3, 4, 5))  # [layer, block] sums of the stored bytes
     out["store_fill"] = {"blocks": n_blocks, "bytes": n_blocks * 2 * geo.span_bytes * shape.n_layers,
-                         "s": fill_s, "errors": kv.errors()}
+                         "s": fill_s, "errors": fill_errors}
     log(f"stored {n_blocks} blocks in {fill_s:.2f} s")
 
     harness = PrefillHarness(model, cache, kv)
@@ -192,7 +209,11 @@ def run(args):
             kv.bind(slots[:nb], tbl[:nb].tolist(), [], [])
             for l in range(shape.n_layers):
                 kv.read(l, harness.io)
+            if kv.finish():
+                raise RuntimeError(f"restoring the prefix: status {kv.last_status['read']}")
             torch.cuda.synchronize()
+
+    run_id = [0]
 
     def one(mode, T, h, tokens, tbl):
         hit = int(h * T)
@@ -201,10 +222,15 @@ def run(args):
             nb = plan.load_blocks
             for l in range(shape.n_layers):  # the prefix must really come from the store
                 cache.kv[l][:, tbl[:nb].long()] = 0
-        r = harness.run(mode, tokens, tbl, hit, plan=plan, read_slots=slots, write_slots=write_slots)
+        run_id[0] += 1
+        r = harness.run(mode, tokens, tbl, hit, plan=plan, read_slots=slots,
+                        write_slots=[f"run{run_id[0]}-{k}" for k in range(max_writes)])
         d = r.to_dict()
         d["hit_rate"] = h
         if mode == "tutti":
+            d["blocks_verified"] = len(kv.last_status["read"])  # GPU checksums checked against the records
+            d["blocks_written"] = len(kv.written_slots)
+            kv.discard_writes()  # free slots for the next run's writes
             ids = tbl[:plan.load_blocks].long()
             d["kv_matches_store"] = all(  # per layer: one layer's blocks at a time fit beside the model
                 torch.equal(cache.kv[l][:, ids].view(torch.int16).sum(dim=(0, 2, 3, 4)), ref[l, ids])
@@ -319,11 +345,12 @@ def run(args):
     log("profile recheck: " + ", ".join(f"{q['new_tokens']}/{q['prefix_tokens']}: {q['layer_s'] * 1e3:.1f} ms "
                                        f"(first {q['first_s'] * 1e3:.1f})" for q in out["profile_recheck"]
                                        if q["first_s"]))
-    out["emulator_stats"] = ctrl.stats()
+    out["emulator_stats"] = store.emulator_stats()
+    out["store_stats"] = store.stats()
     out["elapsed_s"] = time.perf_counter() - t_start
     kv.close()
-    gio.close()
-    ctrl.close()
+    store.close()
+    shutil.rmtree(store_dir, ignore_errors=True)
     save()
     log(f"done, {out['elapsed_s']:.0f} s")
 
@@ -350,7 +377,10 @@ def render_section(data: dict) -> str:
          f"- Store: {e['namespaces']} namespaces of one emulated NVMe controller ({e['backing']}, {e['queues']} "
          f"queues, {e['threads']} controller threads), bandwidth cap {e['rate_cap_gbps']:g} GB/s in total "
          f"(2 x 14 GB/s); objects laid out by `tt_store_plan`/`tt_locate`; GPU threads build one NVMe "
-         "command per 32 KiB object from one descriptor per layer.",
+         "command per 32 KiB object from one descriptor per layer."
+         + (" The store is a formatted Tutti store (`tutti.gpu.GpuStore`) whose gio data path the emulated "
+            "controller serves from the member files: commit records, and every loaded block verified against "
+            "them with XXH3 computed on the GPU." if m.get("store") else ""),
          f"- Store I/O measured before the runs (32K tokens' KV, all layers) while GEMMs keep the GPU busy on "
          f"another stream: write {io.get('write_gbps', 0):.2f} GB/s, read {io.get('read_gbps', 0):.2f} GB/s "
          f"(I/O alone: write {io.get('write_gbps_idle', io.get('write_gbps', 0)):.2f}, read "
@@ -387,7 +417,8 @@ def render_section(data: dict) -> str:
                  f"{(rc / t['ttft_s']) if (t and rc) else float('nan'):.2f}x | "
                  f"{t['writes_in_prefill'] if t else '-'} / {t['deferred_writes'] if t else '-'} | {checks} |")
     L += ["", "Checks: the loaded prefix KV's per-block sums equal the stored bytes', tutti's logits are "
-          "bit-identical to the all-in-HBM run's, and no NVMe command failed. \"Tutti compute vs HBM\": the "
+          "bit-identical to the all-in-HBM run's, and no NVMe command failed (store runs: every loaded block also "
+          "passed its checksum). \"Tutti compute vs HBM\": the "
           "layers' compute time with the I/O kernels and the emulated controller's copies running beside it, "
           "against the same compute alone (I/O and compute share all SMs here; no green contexts).", ""]
     sw = data.get("sweeps", {})
@@ -464,6 +495,9 @@ def main():
     r.add_argument("--rate-gbps", type=float, default=28.0, help="bandwidth cap over all namespaces")
     r.add_argument("--queues", type=int, default=24)
     r.add_argument("--threads", type=int, default=12, help="emulated controller threads")
+    r.add_argument("--depth", type=int, default=1024, help="emulated controller ring entries per queue")
+    r.add_argument("--store-dir", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir(),
+                   help="where the store's member files go (RAM-backed: the emulated SSD rate is the cap)")
     r.add_argument("--warm-s", type=float, default=4.0, help="GEMMs before profiling (GPU clocks up)")
     r.add_argument("--budget-s", type=float, default=300.0, help="skip the remaining prompts after this long")
     r.add_argument("--watchdog-s", type=float, default=120.0, help="exit when no step finished for this long")

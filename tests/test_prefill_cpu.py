@@ -250,3 +250,46 @@ def test_plan_geometry_is_the_formatted_stores(tmp_path):
                               n_members=2, n_slots=96)
     assert got == want
     assert need >= got.data_off + got.n_slots * got.slot_bytes // 2
+
+
+def test_harness_tutti_through_the_store_host_path(model, tmp_path):
+    """Mode tutti through StoreKV: a real store (records, checksums, per-block status) with the C reference
+    data path over host memory, so the harness's store logic runs without a GPU."""
+    _gpu_lib_or_skip()
+    from tutti.prefill.kvio import StoreKV, open_store
+
+    T, blocks = 100, 64
+    nb = T // BS
+    tok = _tokens(T, seed=5)
+    cache = PagedKVCache(TINY_SHAPE, blocks)
+    s = open_store(TINY_SHAPE, str(tmp_path), dtype="float32", n_slots=64, path="host")
+    try:
+        kv = StoreKV(s, cache)
+        h = PrefillHarness(model, cache, kv)
+        table = new_block_table(-(-T // BS), blocks, seed=6)
+        rec = h.run("recompute", tok, table)
+        keys = [f"prefix-{b}" for b in range(nb)]
+        kv.bind([], [], keys, table[:nb].tolist())
+        for l in range(TINY_SHAPE.n_layers):
+            kv.write(l)
+        assert kv.finish() == 0
+        slots = s.lookup(keys)
+        stored = cache.kv.clone()
+        for hit in (40, 64, T):
+            plan = _scheduler().plan_prefill(T, hit)
+            ids = table[:plan.load_blocks].long()
+            cache.kv[:, :, ids] = 0
+            wkeys = [f"run{hit}-{k}" for k in range(nb)]
+            tut = h.run("tutti", tok, table, hit, plan=plan, read_slots=slots, write_slots=wkeys)
+            assert torch.equal(cache.kv[:, :, ids], stored[:, :, ids])
+            assert tut.io_errors == 0 and kv.last_status["read"] == [0] * plan.load_blocks
+            hbm = h.run("hbm", tok, table, hit)
+            torch.testing.assert_close(hbm.logits, tut.logits, rtol=0, atol=0)
+            torch.testing.assert_close(tut.logits, rec.logits, rtol=1e-4, atol=1e-4)
+            n_writes = T // BS - hit // BS
+            assert tut.writes_in_prefill + tut.deferred_writes == (TINY_SHAPE.n_layers if n_writes else 0)
+            got = s.lookup(wkeys[:n_writes])
+            assert None not in got and len(kv.written_slots) == n_writes
+            assert kv.discard_writes() == n_writes and s.lookup(wkeys[:n_writes]) == [None] * n_writes
+    finally:
+        s.close()

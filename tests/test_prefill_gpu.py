@@ -1,4 +1,4 @@
-"""Layer-wise prefill on the GPU: gio_uring through the Python binding, harness modes, SM domains.
+"""Layer-wise prefill on the GPU: raw gio_uring (GioKV), the store's gio path (StoreKV), harness modes, SM domains.
 
 Skips without torch, a CUDA device or build/libtutti_gpu.so ($TUTTI_GPU_LIB).  Also runs without
 pytest (the GPU machine may not have it): python3 tests/test_prefill_gpu.py
@@ -98,47 +98,92 @@ def test_rate_cap_holds():
         ctrl.close()
 
 
-def test_harness_tutti_equals_hbm_on_gpu():
+def _store_kv(torch, shape, n_slots, cache, **params):
+    import tempfile
+
+    from tutti.prefill.kvio import StoreKV, open_store
+
+    root = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    d = tempfile.mkdtemp(prefix="tutti-prefill-gpu-", dir=root)
+    params = params or dict(n_queues=4, n_threads=2)
+    s = open_store(shape, d, dtype="bfloat16", n_slots=n_slots, n_members=2, path="gio", **params)
+    return s, StoreKV(s, cache), d
+
+
+def test_store_io_round_trip_verified():
+    """measure_io through the store's gio path: committed, read back bit-exact, GPU checksums all ok."""
     torch = _need_gpu()
-    from tutti.prefill import Decoder, GioKV, PagedKVCache, PrefillHarness, new_block_table
+    import shutil
+
+    from tutti.prefill import PagedKVCache
+    from tutti.prefill.profiling import measure_io
+
+    shape = _shape()
+    cache = PagedKVCache(shape, 512, device="cuda", dtype=torch.bfloat16)
+    cache.kv.normal_()
+    s, kv, d = _store_kv(torch, shape, 300, cache)
+    try:
+        r = measure_io(kv, cache, 256, [f"io-{i}" for i in range(256)], under_compute=False)
+        assert r["errors"] == 0 and r["bit_exact"], r
+        st = s.emulator_stats()
+        assert st["errors"] == 0 and st["cmds"] == 2 * 256 * shape.n_layers * 2, st
+        assert s.info()["n_committed"] == 0  # each round drops what it wrote
+    finally:
+        kv.close()
+        s.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_harness_tutti_equals_hbm_on_gpu():
+    """Mode tutti through the store (gio path, GPU checksums verified per load) against hbm and recompute."""
+    torch = _need_gpu()
+    import shutil
+
+    from tutti.prefill import Decoder, PagedKVCache, PrefillHarness, new_block_table
     from tutti.sched import ComputeProfile, Hardware, SlackScheduler
 
     shape = _shape()
     T, blocks = 1000, 128
     nb = T // shape.block_size
-    ctrl, gio, geo = _store(shape, 2 * nb)
+    model = Decoder(shape, device="cuda", dtype=torch.bfloat16, vocab=500, seed=3)
+    cache = PagedKVCache(shape, blocks, device="cuda", dtype=torch.bfloat16)
+    s, kv, d = _store_kv(torch, shape, 3 * nb, cache)
     try:
-        model = Decoder(shape, device="cuda", dtype=torch.bfloat16, vocab=500, seed=3)
-        cache = PagedKVCache(shape, blocks, device="cuda", dtype=torch.bfloat16)
-        kv = GioKV(gio, geo, cache, blocks)
         h = PrefillHarness(model, cache, kv)
         table = new_block_table(-(-T // shape.block_size), blocks, seed=1, device="cuda")
         tok = torch.randint(0, 500, (T,), device="cuda")
-        rec = h.run("recompute", tok, table)
-        slots = torch.randperm(nb).tolist()
-        kv.bind([], [], slots, table[:nb].tolist())
-        for l in range(shape.n_layers):
-            kv.write(l, None)
+        rec = h.run("recompute", tok, table)  # also loads every compute kernel before any I/O is in flight
+        keys = [f"prefix-{b}" for b in range(nb)]
         torch.cuda.synchronize()
-        assert kv.errors() == 0
+        kv.bind([], [], keys, table[:nb].tolist())
+        for l in range(shape.n_layers):
+            kv.write(l)
+        assert kv.finish() == 0
+        slots = s.lookup(keys)
         stored = cache.kv.clone()
         sched = SlackScheduler(shape, Hardware(2.0, 2.0), ComputeProfile.analytic(shape, 50.0, 1000.0))
         for hit in (320, 640, T):
             plan = sched.plan_prefill(T, hit)
             ids = table[:plan.load_blocks].long()
             cache.kv[:, :, ids] = 0
-            tut = h.run("tutti", tok, table, hit, plan=plan, read_slots=slots, write_slots=list(range(nb, 2 * nb)))
+            hbm = h.run("hbm", tok, table, hit)  # prefix zeroed: only the logits' kernels matter here
+            cache.kv[:, :, ids] = 0
+            tut = h.run("tutti", tok, table, hit, plan=plan, read_slots=slots,
+                        write_slots=[f"run{hit}-{k}" for k in range(nb)])
             assert torch.equal(cache.kv[:, :, ids], stored[:, :, ids]), hit  # the prefix came back bit-exact
+            assert tut.io_errors == 0 and kv.last_status["read"] == [0] * plan.load_blocks
+            assert len(kv.written_slots) == T // shape.block_size - hit // shape.block_size
+            kv.discard_writes()
             hbm = h.run("hbm", tok, table, hit)
-            assert tut.io_errors == 0
             assert torch.equal(tut.logits, hbm.logits), hit
             assert torch.allclose(tut.logits, rec.logits, rtol=0.05, atol=0.05 * rec.logits.abs().max().item())
             assert len(tut.layer_load_s) == shape.n_layers and all(t > 0 for t in tut.layer_load_s)
             assert 0 <= tut.bubble_s < tut.ttft_s and tut.compute_s <= tut.ttft_s * 1.001
-        kv.close()
+        assert s.emulator_stats()["errors"] == 0
     finally:
-        gio.close()
-        ctrl.close()
+        kv.close()
+        s.close()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_domains_compute_stream_runs_torch():

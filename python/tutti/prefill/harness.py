@@ -4,10 +4,9 @@ Modes (same model, same cache, same tokens):
 
   recompute   nothing cached: every token is computed
   hbm         the prefix's KV is already in the paged cache: only the suffix is computed
-  tutti       the prefix's KV is read from the store layer by layer on an I/O stream; layer l's
-              compute waits on an event for layer l only; the new KV is written back where the
-              scheduler's plan puts it (io_ops order on the I/O stream; deferred writes after
-              the first token)
+  tutti       the prefix's KV is read from the store layer by layer; layer l's compute waits on
+              the GPU for layer l only (StoreKV: tt_txn_layer_order); the new KV is written back
+              as the scheduler's plan says (io_ops order; deferred writes after the first token)
 
 Timing on the GPU is by CUDA events: TTFT from the request's start (recorded on the compute
 stream, which the I/O stream waits for) to the logits; a layer's bubble is the time its compute
@@ -88,7 +87,7 @@ class RunResult:
 class PrefillHarness:
     """Runs one request's prefill in one of MODES over ``model`` and ``cache``.
 
-    ``kv``: GioKV (GPU) or HostKV (CPU), needed for mode tutti.  ``io_stream`` and
+    ``kv``: StoreKV or GioKV (GPU), HostKV (CPU), needed for mode tutti.  ``io_stream`` and
     ``compute_stream``: torch streams (e.g. from tutti.gpu.Domains); default: a new
     stream for I/O and the current stream for compute.  ``cpu_lead_layers``: how many
     layers the CPU may enqueue ahead of the GPU (see before() in run()).
@@ -112,7 +111,8 @@ class PrefillHarness:
 
         ``block_table``: paged-cache block of each of the prompt's blocks.  Mode tutti: ``plan``
         (tutti.sched PrefillPlan for this request), ``read_slots[i]``: store slot of block i
-        (i < plan.load_blocks), ``write_slots[k]``: slot to write block hit_blocks + k to.
+        (i < plan.load_blocks), ``write_slots[k]``: where block hit_blocks + k goes (StoreKV: its key,
+        the store picks the slot; GioKV/HostKV: the slot).
         Modes hbm and tutti compute the same tokens: those after the loadable prefix.
         """
         if mode not in MODES:
@@ -130,6 +130,11 @@ class PrefillHarness:
         c = self.clock
         ev: dict[tuple[str, int], object] = {}
         io_marks: list[tuple[str, int, object, object]] = []
+        reads_issued: set[int] = set()
+        # Writes to a store's data path must find their memory complete (its streams do not wait for ours):
+        # they are issued once the host sees their compute event done, never by blocking the CPU's enqueue.
+        host_ready = bool(self.cuda and getattr(self.kv, "host_ready_writes", False))
+        ready_writes: deque = deque()  # (event, layer)
         waits: list[tuple[object, object]] = [None] * L
         layer_marks: list[tuple[object, object]] = [None] * L
 
@@ -147,7 +152,7 @@ class PrefillHarness:
                 b = c.mark(self.io)
             io_marks.append((kind, layer, a, b))
             if kind == "read":
-                ev[("read_done", layer)] = b
+                reads_issued.add(layer)
 
         def pump() -> None:
             # Enqueue every I/O op whose event already exists: a stream cannot wait for an event
@@ -157,11 +162,17 @@ class PrefillHarness:
                 if op.wait is not None:
                     key = tuple(op.wait)
                     if key not in ev:
-                        return
+                        break
+                    if host_ready and op.kind == "write":
+                        pending.popleft()
+                        ready_writes.append((ev[key], op.layer))  # reads behind it go on (reads first)
+                        continue
                     if self.cuda:
                         self.io.wait_event(ev[key])
                 pending.popleft()
                 io_op(op.kind, op.layer)
+            while ready_writes and ready_writes[0][0].query():
+                io_op("write", ready_writes.popleft()[1])
 
         def before(l: int) -> None:
             if self.cuda and l >= self.cpu_lead_layers:  # all modes alike, so their TTFTs compare
@@ -172,11 +183,10 @@ class PrefillHarness:
                 ev[("compute_done", l - self.cpu_lead_layers)].synchronize()
             w0 = c.mark(self.compute)
             if mode == "tutti" and split.load_blocks:
-                key = ("read_done", l)
-                if key not in ev:
+                if l not in reads_issued:
                     raise RuntimeError(f"plan does not read layer {l} before its compute can run")
                 if self.cuda:
-                    self.compute.wait_event(ev[key])
+                    self.kv.order(l, self.compute)  # on the GPU: no host round trip
             w1 = c.mark(self.compute)
             waits[l] = (w0, w1)
             ev[("compute_start", l)] = w1
@@ -204,8 +214,12 @@ class PrefillHarness:
         if pending:
             raise RuntimeError(f"{len(pending)} I/O ops of the plan were never issued")
 
-        # Writes with no slack in the prefill go after the first token (the decode phase's budget).
+        # Writes with no slack in the prefill go after the first token (the decode phase's budget), and so do
+        # host-ready writes whose compute the host had not yet seen finish.
         deferred = list(plan.deferred_writes) if mode == "tutti" and split.write_blocks else []
+        in_prefill = sum(1 for m in io_marks if m[0] == "write")
+        deferred = [j for _, j in ready_writes] + deferred
+        ready_writes.clear()
         d0 = d1 = None
         if deferred:
             with self._on(self.io):
@@ -218,19 +232,32 @@ class PrefillHarness:
         if self.cuda:
             torch.cuda.synchronize()
 
+        io_errors = self.kv.finish() if mode == "tutti" else 0  # StoreKV: commit, verify every loaded block
         load = [0.0] * L if mode == "tutti" and split.load_blocks else []
         write = [0.0] * L if mode == "tutti" and split.write_blocks else []
-        for kind, layer, a, b in io_marks:
-            (load if kind == "read" else write)[layer] = c.span(a, b)
+        deferred_s = c.span(d0, d1) if deferred else 0.0
+        spans = getattr(self.kv, "spans", None) if mode == "tutti" and self.cuda else None
+        if spans is not None:  # the data path's own streams: its spans, not the I/O stream's marks
+            deferred_s = 0.0
+            ops = spans()
+            for i, (kind, layer, sec) in enumerate(ops):
+                if kind == "read":
+                    load[layer] = sec
+                elif i >= len(ops) - len(deferred):  # the deferred writes went last
+                    deferred_s += sec
+                else:
+                    write[layer] = sec
+        else:
+            for kind, layer, a, b in io_marks:
+                (load if kind == "read" else write)[layer] = c.span(a, b)
         wait_s = [c.span(*w) for w in waits]
         comp = [c.span(*m) for m in layer_marks]
         return RunResult(
             mode=mode, total_tokens=total, hit_tokens=hit_tokens if mode != "recompute" else 0, load_tokens=prefix,
             new_tokens=total - prefix, ttft_s=c.span(start, end), wall_s=wall, compute_s=sum(comp),
             bubble_s=sum(wait_s), fill_s=wait_s[0], layer_compute_s=comp, layer_wait_s=wait_s, layer_load_s=load,
-            layer_write_s=write, writes_in_prefill=sum(1 for m in io_marks if m[0] == "write"),
-            deferred_writes=len(deferred), deferred_write_s=c.span(d0, d1) if deferred else 0.0,
-            io_errors=self.kv.errors() if mode == "tutti" else 0, logits=logits)
+            layer_write_s=write, writes_in_prefill=in_prefill,
+            deferred_writes=len(deferred), deferred_write_s=deferred_s, io_errors=io_errors, logits=logits)
 
     def _on(self, stream):
         return torch.cuda.stream(stream) if self.cuda else _Null()

@@ -98,7 +98,8 @@ def _gemm_seconds() -> float:
 
 
 def measure_io(kv, cache: PagedKVCache, n_blocks: int, slots, *, stream=None, under_compute: bool = True) -> dict:
-    """Write ``n_blocks`` cache blocks of every layer to ``slots`` through ``kv`` (GioKV) and read them back
+    """Write ``n_blocks`` cache blocks of every layer to ``slots`` through ``kv`` (StoreKV: keys; GioKV: slots)
+    and read them back
     into the next ``n_blocks`` cache blocks; decimal GB/s each way, and whether the copy is bit-exact.
 
     Measured idle, then (``under_compute``) again while GEMMs keep the GPU busy on another stream, as
@@ -109,7 +110,10 @@ def measure_io(kv, cache: PagedKVCache, n_blocks: int, slots, *, stream=None, un
         raise ValueError(f"a cache of {cache.num_blocks} blocks cannot hold {n_blocks} blocks twice")
     L = cache.shape.n_layers
     src, dst = list(range(n_blocks)), list(range(n_blocks, 2 * n_blocks))
-    kv.bind(slots[:n_blocks], dst, slots[:n_blocks], src)
+    keyed = getattr(kv, "keyed", False)  # StoreKV: ``slots`` are keys; each round writes, reads back, drops them
+    if not keyed:
+        kv.bind(slots[:n_blocks], dst, slots[:n_blocks], src)
+    errors = 0
     stream = stream or torch.cuda.Stream()
     res = {}
     gemm_s = _gemm_seconds() if under_compute else 0.0
@@ -119,19 +123,30 @@ def measure_io(kv, cache: PagedKVCache, n_blocks: int, slots, *, stream=None, un
         for op in ("write", "read"):
             torch.cuda.synchronize()
             cache.kv[:, :, n_blocks:2 * n_blocks] = 0
+            torch.cuda.synchronize()  # the I/O streams do not wait for the zeroing's stream
             keep = None
             if rnd == "busy":  # enough GEMMs to outlast the I/O measured idle (twice over)
                 side, keep = _gemm_load(int(2 * res[f"{op}_s_idle"] / gemm_s) + 2)
+            if keyed:
+                if op == "write":
+                    kv.bind([], [], slots[:n_blocks], src)
+                else:
+                    kv.bind(kv.store.lookup(slots[:n_blocks]), dst, [], [])
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with torch.cuda.stream(stream):
                 a.record(stream)
                 for l in range(L):
                     (kv.write if op == "write" else kv.read)(l, stream)
+                kv.fence(stream)  # a data path's own streams: wait for its last layer
                 b.record(stream)
             b.synchronize()
             s = a.elapsed_time(b) / 1e3
             torch.cuda.synchronize()
             del keep
+            if keyed:
+                errors += kv.finish()  # commit / verify, outside the timed span
+                if op == "read":
+                    kv.store.invalidate(kv.store.lookup(slots[:n_blocks]))
             nbytes = L * (kv.read_bytes_per_layer if op == "read" else kv.write_bytes_per_layer)
             suffix = "_idle" if rnd == "idle" else ""
             res[f"{op}_gbps{suffix}"] = nbytes / s / 1e9
@@ -142,7 +157,7 @@ def measure_io(kv, cache: PagedKVCache, n_blocks: int, slots, *, stream=None, un
         for op in ("write", "read"):
             res[f"{op}_gbps"], res[f"{op}_s"] = res[f"{op}_gbps_idle"], res[f"{op}_s_idle"]
     res["under_compute"] = under_compute
-    res["errors"] = kv.errors()
+    res["errors"] = errors if keyed else kv.errors()
     res["bit_exact"] = exact
     return res
 
