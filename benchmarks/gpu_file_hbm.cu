@@ -2,7 +2,11 @@
 //
 // gpu_file_hbm - layer-wise retrieve of a Llama-3-8B-shaped prefix from a
 // file store into shuffled paged GPU blocks, one process, same store:
-//   staged  the staged data path (staged_path.h) through the store's API
+//   staged  the staged data path (staged_path.h) through the store's API,
+//           pread into pinned chunks (mapping off)
+//   mapped  the staged path reading from the member file mapped and
+//           registered with CUDA (tmpfs): one DMA per run, no pread; the
+//           registration is timed once, before the runs ("map_s")
 //   gds     the GDS data path (gds_path.h), if libcufile.so.0 is there
 //   cpu     the store's own engine into pinned host memory laid out like
 //           the GPU cache (CPU checksums), one cudaMemcpyAsync per layer
@@ -14,11 +18,14 @@
 //           scatter and hashing)
 // Every path's first run is compared byte for byte with the stored data;
 // staged/gds/cpu runs also pass the store's checksum verification.
-// One "RESULT {json}" line per measurement on stdout.
+// One "RESULT {json}" line per measurement on stdout; staged and mapped
+// results carry the path's per-phase thread time (tt_file_path_stats),
+// and one "INFO {json}" line per path says how each file was read.
 //
 //   gpu_file_hbm --store /dev/shm/kv.img --tokens 32768 --runs 3 [--drop]
 //                [--buffered] [--threads 16] [--chunk 4194304] [--modes ...]
-//                [--variants 8:4194304,16:1048576]   (staged: threads:chunk, 2 runs)
+//                [--variants 8:4194304,16:1048576:4,m8:0]
+//                (staged, or mapped with "m": threads:chunk[:depth], 2 runs)
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -48,7 +55,7 @@
 #define R (L * 2u)
 
 struct opts {
-	std::string store, modes = "h2d,raw,raw_h2d,staged,gds,cpu", variants;
+	std::string store, modes = "h2d,raw,raw_h2d,staged,mapped,gds,cpu", variants;
 	unsigned tokens = 8192, runs = 3, threads = 0;
 	uint32_t chunk = 0;
 	int drop = 0, buffered = 0;
@@ -110,6 +117,22 @@ static void result(const opts &o, const char *mode, unsigned run, double secs, u
 		    mode, o.store.c_str(), o.tokens, run, secs, (unsigned long long)bytes,
 		    bytes / secs / 1e9, ok, exact, cpu * 1e6 / L, dropped, !o.buffered, extra);
 	std::fflush(stdout);
+}
+
+// @s as a JSON string body.
+static std::string json_esc(const char *s)
+{
+	std::string o;
+
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			o += '\\', o += *s;
+		else if (*s == '\n')
+			o += "\\n";
+		else if ((unsigned char)*s >= 0x20)
+			o += *s;
+	}
+	return o;
 }
 
 struct paged_gpu {
@@ -389,52 +412,88 @@ int main(int argc, char **argv)
 	if (want("raw_h2d"))
 		raw_h2d(o, g, threads);
 
-	// The paths at their defaults, then --variants "threads:chunk,..." of staged.
+	// The paths at their defaults, then --variants "[m]threads:chunk[:depth],..."
+	// of the staged path (m: mapped).
 	struct variant {
 		const char *name;
 		int (*open)(const struct tt_file_path_params *, struct tt_file_path **);
 		const struct tt_devpath_ops *ops;
 		unsigned threads;
 		uint32_t chunk;
+		unsigned depth;
 		int tuned;
 	};
 	std::vector<variant> vs = {
-		{ "staged", tt_staged_open, &tt_staged_ops, threads, o.chunk, 0 },
-		{ "gds", tt_gds_open, &tt_gds_ops, threads, o.chunk, 0 },
+		{ "staged", tt_staged_open, &tt_staged_ops, threads, o.chunk, 0, 0 },
+		{ "mapped", tt_staged_open, &tt_staged_ops, threads, o.chunk, 0, 0 },
+		{ "gds", tt_gds_open, &tt_gds_ops, threads, o.chunk, 0, 0 },
 	};
 	for (size_t a = 0; !o.variants.empty() && a != std::string::npos;) {
 		size_t b = o.variants.find(',', a);
 		std::string v = o.variants.substr(a, b == std::string::npos ? b : b - a);
+		bool m = !v.empty() && v[0] == 'm';
+		unsigned th = 0, dep = 0;
+		uint32_t ch = 0;
 
-		vs.push_back({ "staged", tt_staged_open, &tt_staged_ops, (unsigned)atoi(v.c_str()),
-			       (uint32_t)atoi(v.c_str() + v.find(':') + 1), 1 });
+		std::sscanf(v.c_str() + m, "%u:%u:%u", &th, &ch, &dep);
+		vs.push_back({ m ? "mapped" : "staged", tt_staged_open, &tt_staged_ops, th, ch, dep, 1 });
 		a = b == std::string::npos ? b : b + 1;
 	}
 	for (const variant &dp : vs) {
+		bool staged = dp.ops == &tt_staged_ops, mapped = !std::strcmp(dp.name, "mapped");
 		struct tt_file_path_params pp = {};
+		struct tt_file_path_stats ps;
 		struct tt_file_path *fpth;
-		char extra[96];
+		double map_s = 0;
+		char extra[160];
 
 		if (!want(dp.name))
 			continue;
 		pp.n_threads = dp.threads;
 		pp.chunk_bytes = dp.chunk;
+		pp.depth = dp.depth;
 		pp.device = -1;
-		std::snprintf(extra, sizeof(extra), ",\"threads\":%u,\"chunk\":%u,\"variant\":%d",
-			      dp.threads, dp.chunk ? dp.chunk : 4u << 20, dp.tuned);
+		pp.map = mapped ? TT_FILE_MAP_AUTO : TT_FILE_MAP_OFF;
 		if ((ret = dp.open(&pp, &fpth))) {
-			std::printf("SKIP {\"mode\":\"%s\",\"why\":\"%s\"}\n", dp.name, tt_errmsg());
+			std::printf("SKIP {\"mode\":\"%s\",\"why\":\"%s\"}\n", dp.name,
+				    json_esc(tt_errmsg()).c_str());
 			std::fflush(stdout);
 			continue;
 		}
 		if ((ret = tt_store_set_devpath(s, dp.ops, fpth)))
 			die("set_devpath", ret);
+		if (mapped) {
+			// Pin the file now: its cost, once, apart from the reads.
+			double t0 = now();
+
+			ret = tt_staged_map_store(fpth, s);
+			map_s = now() - t0;
+		}
+		if (staged) {
+			tt_file_path_get_stats(fpth, &ps, 1);
+			std::printf("INFO {\"mode\":\"%s\",\"variant\":%d,\"threads\":%u,\"map_s\":%.4f,"
+				    "\"mapped_bytes\":%llu,\"files\":\"%s\"}\n", dp.name, dp.tuned,
+				    ps.n_threads, map_s, (unsigned long long)ps.mapped_bytes,
+				    json_esc(ps.files).c_str());
+			std::fflush(stdout);
+			if (mapped && !ps.n_mapped) {
+				std::printf("SKIP {\"mode\":\"mapped\",\"why\":\"%s\"}\n",
+					    json_esc(ps.files).c_str());
+				std::fflush(stdout);
+				tt_store_set_devpath(s, nullptr, nullptr);
+				tt_file_path_close(fpth);
+				continue;
+			}
+		}
 		for (unsigned r = 0; r < (dp.tuned ? 2 : o.runs); r++) {
 			int dropped = o.drop ? drop_caches() : 0;
+			std::string ph;
 			double t0, c0;
 
 			cudaMemset(pg.dev, 0, bytes);
 			cudaDeviceSynchronize();
+			if (staged)
+				tt_file_path_get_stats(fpth, &ps, 1);
 			c0 = cpu_secs();
 			t0 = now();
 			if ((ret = tt_store_read_begin(s, slots.data(), n, &t)))
@@ -442,7 +501,7 @@ int main(int argc, char **argv)
 			if ((ret = tt_txn_bind_device(t, ids.data()))) {
 				// e.g. cuFile refusing this file system: say so, go on
 				std::printf("SKIP {\"mode\":\"%s\",\"why\":\"bind: %s\"}\n", dp.name,
-					    tt_errmsg());
+					    json_esc(tt_errmsg()).c_str());
 				std::fflush(stdout);
 				tt_txn_abort(t);
 				break;
@@ -456,8 +515,28 @@ int main(int argc, char **argv)
 			double secs = now() - t0;
 			double cpu = cpu_secs() - c0;
 
+			std::snprintf(extra, sizeof(extra), ",\"threads\":%u,\"chunk\":%u,\"depth\":%u,"
+				      "\"variant\":%d", dp.threads, dp.chunk ? dp.chunk : 4u << 20,
+				      dp.depth ? dp.depth : 3, dp.tuned);
+			ph = extra;
+			if (staged) {
+				// Thread time per phase, as a share of threads x wall time.
+				char b[320];
+				double tw = ps.n_threads * secs;
+
+				tt_file_path_get_stats(fpth, &ps, 0);
+				std::snprintf(b, sizeof(b), ",\"map_s\":%.4f,\"runs\":%llu,\"mapped_runs\":%llu,"
+					      "\"avg_run\":%llu,\"f_get\":%.3f,\"f_wait\":%.3f,\"f_queue\":%.3f,"
+					      "\"f_idle\":%.3f,\"begin_s\":%.4f,\"layer_wait_s\":%.4f",
+					      map_s, (unsigned long long)ps.runs,
+					      (unsigned long long)ps.mapped_runs,
+					      (unsigned long long)(ps.runs ? ps.bytes / ps.runs : 0),
+					      ps.get_s / tw, ps.chunk_wait_s / tw, ps.queue_s / tw,
+					      ps.idle_s / tw, ps.begin_s, ps.layer_wait_s);
+				ph += b;
+			}
 			result(o, dp.name, r, secs, bytes, ret == (int)n,
-			       r == 0 && !dp.tuned ? gpu_exact() : -1, cpu, dropped, extra);
+			       r == 0 && !dp.tuned ? gpu_exact() : -1, cpu, dropped, ph.c_str());
 		}
 		tt_store_set_devpath(s, nullptr, nullptr);
 		tt_file_path_close(fpth);

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""File store into HBM: staged and GDS data paths vs the CPU file engine.
+"""File store into HBM: staged (pread, mapped) and GDS data paths vs the CPU file engine.
 
-  gpu_file_hbm.py run --bin build/gpu/gpu_file_hbm --out results.json [--disk-dir DIR] [--budget S]
-      on the GPU machine: a RAM-backed store (/dev/shm) and one on the disk
-      (O_DIRECT, page cache dropped before every run), 8K and 32K tokens;
-      every measurement of every run is kept in the JSON
+  gpu_file_hbm.py run --bin build/gpu/gpu_file_hbm --out results.json [--disk-dir DIR] [--budget S] [--quick]
+      on the GPU machine: a RAM-backed store (/dev/shm), 32K then 8K tokens,
+      then one on the disk (O_DIRECT, page cache dropped before every run)
+      while the budget lasts; every measurement of every run is kept in the
+      JSON. --quick: the RAM-backed 32K store only, h2d, staged and mapped
   gpu_file_hbm.py render --json results.json --doc docs/benchmarks.md
       writes the section "File store into HBM (H200)" (only it)
 
@@ -24,7 +25,10 @@ import sys
 import time
 
 TITLE = "File store into HBM (H200)"
-MODES = ["staged", "gds", "cpu", "raw", "raw_h2d", "h2d"]
+MODES = ["mapped", "staged", "gds", "cpu", "raw", "raw_h2d", "h2d"]
+PATHS = ("mapped", "staged", "gds")
+# Staged path variants at 32K: pread run size and depth, mapped thread count.
+VARIANTS = "16:4194304,16:524288:6,16:1048576:6,m4:0,m8:0,m16:1048576"
 
 
 def sh(cmd):
@@ -38,13 +42,15 @@ def run(args):
     disk_dir = args.disk_dir or os.path.join(os.path.dirname(os.path.abspath(args.out)), "disk")
     os.makedirs(disk_dir, exist_ok=True)
     configs = [
-        ("ram", "/dev/shm/tt_file_hbm.img", 32768, ["--buffered", "--variants", "4:0,8:0,12:0,16:1048576"]),
-        ("disk", os.path.join(disk_dir, "tt_file_hbm.img"), 8192, ["--drop"]),
+        ("ram", "/dev/shm/tt_file_hbm.img", 32768, ["--buffered", "--variants", VARIANTS]),
         ("ram", "/dev/shm/tt_file_hbm.img", 8192, ["--buffered"]),
+        ("disk", os.path.join(disk_dir, "tt_file_hbm.img"), 8192, ["--drop"]),
         ("disk", os.path.join(disk_dir, "tt_file_hbm.img"), 32768, ["--drop"]),
     ]
+    if args.quick:
+        configs = [("ram", "/dev/shm/tt_file_hbm.img", 32768, ["--buffered", "--modes", "h2d,staged,mapped"])]
     t_end = time.time() + args.budget
-    results, skips, logs = [], [], []
+    results, skips, logs, infos = [], [], [], []
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
         "command": "python3 benchmarks/gpu_file_hbm.py run --bin " + args.bin,
@@ -59,7 +65,7 @@ def run(args):
         "cufile": sh("ls /usr/local/cuda*/lib64/libcufile.so* /usr/lib/x86_64-linux-gnu/libcufile.so* 2>/dev/null | head -3 | tr '\\n' ' '"),
         "logs": logs,
     }
-    data = {"meta": meta, "results": results, "skips": skips}
+    data = {"meta": meta, "results": results, "skips": skips, "infos": infos}
 
     def save():
         # After every configuration: a run cut short still leaves its results.
@@ -97,6 +103,11 @@ def run(args):
                 r["kind"] = kind
                 results.append(r)
                 print("  ", line[7:], flush=True)
+            elif line.startswith("INFO "):
+                i = json.loads(line[5:])
+                i.update(kind=kind, tokens=tokens)
+                infos.append(i)
+                print("  ", line, flush=True)
             elif line.startswith("SKIP "):
                 try:
                     s = json.loads(line[5:])
@@ -134,8 +145,11 @@ def render_section(data):
              "submitted, each waited for, finish (checksums verified); destination: shuffled paged GPU "
              "blocks (K and V of a layer apart, as vLLM has them). The first run of every path is compared "
              "byte for byte with the stored data.")
-    L.append("- Paths: `staged` = host threads pread disk-order runs (≤ 4 MiB) into pinned chunks, one "
-             "cudaMemcpyAsync per run, a scatter kernel, XXH3 on the GPU; `gds` = cuFileRead of each run "
+    L.append("- Paths: `mapped` = the staged path with the store's file mapped read-only and registered with "
+             "CUDA (cudaHostRegister, tmpfs only), one DMA per disk-order run (≤ 4 MiB) from the page cache "
+             "into a device chunk, the same scatter and hashing, registration timed once before the runs; "
+             "`staged` = host threads pread disk-order runs (buffered: ≤ 1 MiB, O_DIRECT: ≤ 4 MiB) into "
+             "pinned chunks, one cudaMemcpyAsync per run, a scatter kernel, XXH3 on the GPU; `gds` = cuFileRead of each run "
              "into a device chunk, same scatter and hashing; `cpu` = the store's io_uring engine into pinned "
              "host memory laid out like the GPU cache, XXH3 on the CPU, then one cudaMemcpyAsync per layer "
              "and span (next layer's reads in flight); `raw` = this program's threads reading the data "
@@ -168,8 +182,9 @@ def render_section(data):
                      + (fmt(med([r['cpu_us_per_layer'] for r in rs]), '.0f') if mode not in ("h2d",) else "—")
                      + f" | {'yes' if all(r['ok'] for r in rs) else 'NO'} | "
                      + ("—" if not ex else "yes" if all(ex) else "NO") + " |")
-            if mode in ("staged", "gds") and mg.get("raw") and mg.get("h2d"):
-                ratios[(kind, tokens, mode)] = (mg[mode], mg[mode] / min(mg["raw"], mg["h2d"]))
+            if mode in PATHS:
+                ceil = min(mg["raw"], mg["h2d"]) if mg.get("raw") and mg.get("h2d") else None
+                ratios[(kind, tokens, mode)] = (mg[mode], mg[mode] / ceil if ceil else None)
     L.append("")
     # Where a RAM-backed store's time goes: file side, bus, both, the path.
     notes = []
@@ -184,23 +199,53 @@ def render_section(data):
                      f"{mg['raw_h2d'] / mg['h2d']:.2f} × h2d; staged {mg['staged']:.1f} = "
                      f"{mg['staged'] / mg['raw_h2d']:.2f} × raw_h2d. CPU time per byte moved: raw "
                      f"{ns['raw']:.2f} ns, raw_h2d {ns['raw_h2d']:.2f} ns, staged {ns['staged']:.2f} ns "
-                     f"({m['cpus']} CPUs).")
+                     f"({m['cpus']} CPUs)."
+                     + (f" Mapped (no pread) {mg['mapped']:.1f} = {mg['mapped'] / mg['h2d']:.2f} × h2d, CPU "
+                        f"{med([r['cpu_us_per_layer'] * 32e3 / r['bytes'] for r in by['mapped']]):.2f} ns/B."
+                        if mg.get("mapped") else ""))
     if notes:
         L += notes + [""]
+    ph = [r for r in res if "f_get" in r]
+    if ph:
+        L.append("Where the staged path's threads spend their time (share of threads × wall time, medians; "
+                 "get = pread, wait = for a chunk's previous copy and scatter, queue = copies and launches, "
+                 "idle = no layer to work on), with the registration time of the mapping:")
+        L.append("")
+        L.append("| Store | Tokens | Path | Threads | Chunk | Depth | Avg run | Median GB/s | get | wait | queue | "
+                 "idle | begin ms | register s |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        pg = {}
+        for r in ph:
+            pg.setdefault((r["kind"], r["tokens"], r["mode"], r["threads"], r["chunk"], r.get("depth", 3)),
+                          []).append(r)
+        for (kind, tokens, mode, th, ch, dep), rs in sorted(pg.items(), key=lambda kv: (kv[0][0] != "ram",) + kv[0][1:]):
+            mm = lambda k: med([r[k] for r in rs])  # noqa: E731
+            L.append(f"| {kind} | {tokens} | {mode} | {th or 'default'} | {ch >> 10} KiB | {dep} | "
+                     f"{mm('avg_run') / 1024:.0f} KiB | {fmt(mm('gbps'))} | {fmt(mm('f_get'))} | "
+                     f"{fmt(mm('f_wait'))} | {fmt(mm('f_queue'))} | {fmt(mm('f_idle'))} | "
+                     f"{mm('begin_s') * 1e3:.1f} | {fmt(mm('map_s'), '.2f') if mode == 'mapped' else '—'} |")
+        L.append("")
+    files = sorted({(i["kind"], i["mode"], i["files"]) for i in data.get("infos", []) if not i.get("variant")})
+    if files:
+        L.append("How each path read its file:")
+        L.append("")
+        L += [f"- {k}, `{md}`: " + f.replace("\n", "; ") for k, md, f in files]
+        L.append("")
     var = [r for r in res if r.get("variant")]
     if var:
-        L.append("Staged path, other thread counts and run sizes (same run as above, 2 runs each; "
-                 "default: " + ", ".join(sorted({f"{r['threads']} threads" for r in res
-                                                 if r["mode"] == "staged" and not r.get("variant")})) +
-                 ", runs ≤ 4 MiB):")
+        L.append("Staged path variants (same run as above, 2 runs each; default: "
+                 + ", ".join(sorted({f"{r['threads']} threads" for r in res
+                                     if r["mode"] == "staged" and not r.get("variant")})) +
+                 ", depth 3, runs ≤ 1 MiB buffered / 4 MiB mapped):")
         L.append("")
-        L.append("| Store | Tokens | Threads | Largest run | Median GB/s | Runs | CPU µs/layer |")
-        L.append("|---|---|---|---|---|---|---|")
+        L.append("| Store | Tokens | Path | Threads | Chunk | Depth | Median GB/s | Runs | CPU µs/layer |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
         vg = {}
         for r in var:
-            vg.setdefault((r["kind"], r["tokens"], r["threads"], r["chunk"]), []).append(r)
-        for (kind, tokens, th, ch), rs in sorted(vg.items()):
-            L.append(f"| {kind} | {tokens} | {th or 'default'} | {ch >> 20} MiB | "
+            vg.setdefault((r["kind"], r["tokens"], r["mode"], r["threads"], r["chunk"], r.get("depth", 3)),
+                          []).append(r)
+        for (kind, tokens, mode, th, ch, dep), rs in sorted(vg.items()):
+            L.append(f"| {kind} | {tokens} | {mode} | {th or 'default'} | {ch >> 10} KiB | {dep} | "
                      f"{fmt(med([r['gbps'] for r in rs]))} | " + " / ".join(f"{r['gbps']:.2f}" for r in rs)
                      + f" | {fmt(med([r['cpu_us_per_layer'] for r in rs]), '.0f')} |")
         L.append("")
@@ -217,10 +262,10 @@ def render_section(data):
     L.append("| Target | Measured | Met |")
     L.append("|---|---|---|")
     for (kind, tokens, mode), (gbps, vs_ceiling) in sorted(ratios.items()):
-        if mode != "staged":
+        if mode == "gds" or (kind != "ram" and (mode != "staged" or vs_ceiling is None)):
             continue
         if kind == "ram":
-            L.append(f"| staged, RAM-backed store → HBM ≥ 40 GB/s ({tokens} tokens) | {gbps:.2f} GB/s | "
+            L.append(f"| {mode}, RAM-backed store → HBM ≥ 40 GB/s ({tokens} tokens) | {gbps:.2f} GB/s | "
                      f"{'yes' if gbps >= 40 else 'no'} |")
         else:
             L.append(f"| staged, disk → HBM ≥ 0.95 × min(raw O_DIRECT read, h2d) ({tokens} tokens) | "
@@ -251,6 +296,7 @@ def main():
     r.add_argument("--threads", type=int, default=0)
     r.add_argument("--budget", type=float, default=200, help="seconds for all configurations")
     r.add_argument("--config-limit", type=float, default=150, help="seconds for one configuration at most")
+    r.add_argument("--quick", action="store_true", help="RAM-backed 32K store only: h2d, staged, mapped")
     r.set_defaults(fn=run)
     d = sub.add_parser("render")
     d.add_argument("--json", required=True)

@@ -6,8 +6,13 @@
 // read into shuffled GPU blocks, 1 and 2 members (small stripes), small
 // chunks (many runs, chunk reuse), a compute stream ordered on a layer
 // with tt_txn_layer_order(), and a corrupted object caught by the GPU
-// checksums (block -EBADMSG, dropped; its neighbours intact). The GDS path
-// is skipped where libcufile.so.0 is missing. Without a GPU: exit 77.
+// checksums (block -EBADMSG, dropped; its neighbours intact), and blocks
+// written through the path read back through it. The staged path runs
+// with pread (members on TMPDIR, mapping off) and mapped (members on
+// /dev/shm, registered with CUDA: every read run must come from the
+// mapping), and falls back to pread, saying why, when mapping is off by
+// environment or the registration fails (injected). The GDS path is
+// skipped where libcufile.so.0 is missing. Without a GPU: exit 77.
 //
 // Every case runs in a child process (the parent makes no CUDA call, so
 // the children can): its TAP lines come back through a pipe, renumbered,
@@ -27,7 +32,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <linux/magic.h>
 #include <sys/prctl.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,7 +60,14 @@ static void require_device(void)
 	}
 }
 
-static std::string tmpdir;
+static std::string tmpdir, shmdir;	// shmdir empty: no tmpfs at /dev/shm
+
+static bool in_ram(const char *dir)
+{
+	struct statfs sf;
+
+	return !statfs(dir, &sf) && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
+}
 
 static struct tt_format_params params(uint64_t slots, uint32_t stripe)
 {
@@ -144,6 +158,9 @@ static std::vector<uint32_t> shuffled_ids(uint32_t n, uint32_t nblk, uint32_t se
 
 typedef int (*open_fn)(const struct tt_file_path_params *, struct tt_file_path **);
 
+// What the staged path must report for its members' reads.
+enum { X_ANY, X_FS, X_MAPPED, X_PREAD };
+
 struct cfg {
 	const char *path;
 	open_fn open;
@@ -152,13 +169,61 @@ struct cfg {
 	uint32_t stripe;
 	uint32_t chunk;
 	unsigned threads;
+	int shm;		// members on /dev/shm (else TMPDIR)
+	unsigned map;		// tt_file_path_params.map
+	const char *env;	// "NAME=value" set before the path opens
+	int expect;		// X_*: X_FS mapped iff the directory is in RAM
+	const char *why;	// X_PREAD: in the reason
+	int map_ahead;		// tt_staged_map_store() before the first transaction
 };
+
+static void label_of(const struct cfg *c, char *b, size_t n)
+{
+	std::snprintf(b, n, "%s%s, %u member(s), stripe %u, chunk %u KiB, %u threads%s%s",
+		      c->path, c->shm ? " on /dev/shm" : "", c->members, c->stripe, c->chunk >> 10,
+		      c->threads, c->env ? ", " : "", c->env ? c->env : "");
+}
+
+// After a read: how the members were read, against what the case wants.
+static void check_mode(const struct cfg *c, struct tt_file_path *path, const char *name,
+		       const char *dir)
+{
+	struct tt_file_path_stats st;
+	int want = c->expect;
+
+	if (c->ops != &tt_staged_ops || want == X_ANY)
+		return;
+	tt_file_path_get_stats(path, &st, 0);
+	for (char *l = st.files, *e; *l; l = e + (*e != 0)) {
+		e = std::strchr(l, '\n');
+		e = e ? e : l + std::strlen(l);
+		tap_diag("[%s] %.*s", name, (int)(e - l), l);
+	}
+	tap_diag("[%s] runs %llu, mapped %llu; thread s: get %.3f wait %.3f queue %.3f idle %.3f",
+		 name, (unsigned long long)st.runs, (unsigned long long)st.mapped_runs, st.get_s,
+		 st.chunk_wait_s, st.queue_s, st.idle_s);
+	if (want == X_FS)
+		want = in_ram(dir) ? X_MAPPED : X_PREAD;
+	if (want == X_MAPPED) {
+		tap_eq(st.n_mapped, c->members, "[%s] every member mapped and registered", name);
+		tap_ok(st.runs && st.mapped_runs == st.runs,
+		       "[%s] every read run came from the mapping (%llu of %llu)", name,
+		       (unsigned long long)st.mapped_runs, (unsigned long long)st.runs);
+	} else {
+		tap_ok(st.n_mapped == 0 && st.mapped_runs == 0 && st.runs,
+		       "[%s] read with pread (%u mapped, %llu mapped runs)", name, st.n_mapped,
+		       (unsigned long long)st.mapped_runs);
+		tap_ok(std::strstr(st.files, c->why ? c->why : "pread") != nullptr,
+		       "[%s] the path says why (\"%s\")", name, c->why ? c->why : "pread");
+	}
+}
 
 static void run(const struct cfg *c)
 {
 	const uint32_t N = 96, NBLK = 160;
-	char name[96];
-	std::string p0 = tmpdir + "/m0.img", p1 = tmpdir + "/m1.img";
+	char name[160];
+	const std::string &dir = c->shm ? shmdir : tmpdir;
+	std::string p0 = dir + "/m0.img", p1 = dir + "/m1.img";
 	const char *paths[2] = { p0.c_str(), p1.c_str() };
 	struct tt_format_params fp = params(256, c->stripe);
 	struct tt_file_path_params pp = {};
@@ -171,12 +236,18 @@ static void run(const struct cfg *c)
 	bool same = true;
 	int ret;
 
-	std::snprintf(name, sizeof(name), "%s, %u member(s), stripe %u, chunk %u KiB, %u threads",
-		      c->path, c->members, c->stripe, c->chunk >> 10, c->threads);
+	label_of(c, name, sizeof(name));
+	if (c->shm && shmdir.empty()) {
+		tap_skip("[%s] /dev/shm is not a tmpfs here", name);
+		return;
+	}
+	if (c->env)
+		putenv((char *)c->env);	// this process only: one case per process
 	pp.n_threads = c->threads;
 	pp.chunk_bytes = c->chunk;
 	pp.depth = 2;
 	pp.device = -1;
+	pp.map = c->map;
 	unlink(p0.c_str());
 	unlink(p1.c_str());
 	fp.flags = TT_FORMAT_FORCE;
@@ -190,6 +261,9 @@ static void run(const struct cfg *c)
 		tt_file_path_close(path);
 		return;
 	}
+	if (c->map_ahead)
+		tap_eq(tt_staged_map_store(path, s), c->members, "[%s] map and register the "
+		       "members ahead (%s)", name, tt_errmsg());
 
 	// 1. GPU -> store through the path, then the CPU store API reads it.
 	{
@@ -249,6 +323,11 @@ static void run(const struct cfg *c)
 		}
 		tap_eq(tt_store_lookup(s, keys2.data(), N, slots.data()), N, "[%s] CPU put %u blocks",
 		       name, N);
+		if (c->ops == &tt_staged_ops) {
+			struct tt_file_path_stats z;
+
+			tt_file_path_get_stats(path, &z, 1);	// count this read only
+		}
 		if (!tap_eq(tt_store_read_begin(s, slots.data(), N, &t), 0, "[%s] read_begin", name) ||
 		    !tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind read to device", name))
 			goto out;
@@ -278,6 +357,7 @@ static void run(const struct cfg *c)
 		tap_ok(same, "[%s] every block landed bit-exact in its shuffled GPU block", name);
 		tap_ok(ordered, "[%s] a stream ordered on layer 0 saw its bytes", name);
 		cudaStreamDestroy(cs);
+		check_mode(c, path, name, dir.c_str());
 
 		// 3. Corrupt one object of block 5 on disk: only block 5 fails.
 		{
@@ -318,6 +398,29 @@ static void run(const struct cfg *c)
 			       "[%s] the corrupted block was dropped", name);
 		}
 	}
+
+	// 4. The blocks written through the path in 1, read back through it.
+	{
+		paged dst(NBLK);
+		std::vector<uint32_t> ids = shuffled_ids(N, NBLK, 11 + c->members);
+
+		if (!tap_ok(dst.dev != nullptr, "[%s] %u paged blocks in GPU memory", name, NBLK))
+			goto out;
+		if (!tap_eq(tt_store_lookup(s, keys.data(), N, slots.data()), N, "[%s] lookup %u "
+			    "blocks written through the path", name, N) ||
+		    !tap_eq(tt_store_read_begin(s, slots.data(), N, &t), 0, "[%s] read_begin", name) ||
+		    !tap_eq(tt_txn_bind_device(t, ids.data()), 0, "[%s] bind", name))
+			goto out;
+		for (uint32_t l = 0; l < LAYERS; l++)
+			tt_txn_layer(t, l, &dst.mm, nullptr);
+		tap_eq(tt_txn_finish(t, st.data()), N, "[%s] written through the path, %u blocks "
+		       "read back through it verified", name, N);
+		same = true;
+		for (uint32_t i = 0; i < N; i++)
+			if (dst.block(ids[i]) != pattern(1000 + i))
+				same = false;
+		tap_ok(same, "[%s] and bit-exact", name);
+	}
 	tap_eq(tt_store_set_devpath(s, nullptr, nullptr), 0, "[%s] remove the path", name);
 out:
 	tt_store_close(s);	// aborts a transaction left open by a failure
@@ -325,16 +428,29 @@ out:
 }
 
 static const struct cfg cfgs[] = {
-	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2 },
-	{ "gds", tt_gds_open, &tt_gds_ops, 1, 0, 0, 0 },
-	{ "gds", tt_gds_open, &tt_gds_ops, 2, 4, 64 << 10, 3 },
+	// TMPDIR: mapped iff it is in RAM; then pread, mapping off.
+	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0, 0, TT_FILE_MAP_AUTO, nullptr,
+	  X_FS, "not RAM-backed", 0 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0, 0, TT_FILE_MAP_OFF, nullptr,
+	  X_PREAD, "mapping off", 0 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2, 0, TT_FILE_MAP_OFF, nullptr,
+	  X_PREAD, "mapping off", 0 },
+	// /dev/shm: mapped (at the first read; ahead), and the fallbacks.
+	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0, 1, TT_FILE_MAP_AUTO, nullptr,
+	  X_MAPPED, nullptr, 0 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2, 1, TT_FILE_MAP_AUTO, nullptr,
+	  X_MAPPED, nullptr, 1 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0, 1, TT_FILE_MAP_AUTO,
+	  "TUTTI_STAGED_MAP=off", X_PREAD, "mapping off", 0 },
+	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 3, 1, TT_FILE_MAP_AUTO,
+	  "TUTTI_STAGED_MAP_FAULT=register", X_PREAD, "cudaHostRegister", 0 },
+	{ "gds", tt_gds_open, &tt_gds_ops, 1, 0, 0, 0, 0, 0, nullptr, X_ANY, nullptr, 0 },
+	{ "gds", tt_gds_open, &tt_gds_ops, 2, 4, 64 << 10, 3, 0, 0, nullptr, X_ANY, nullptr, 0 },
 };
 #define N_CFGS (sizeof(cfgs) / sizeof(cfgs[0]))
 #define DONE_MARK "case done"
 #define GDS_MARK "gds: available"
-#define TEST_SECS 50.0	// all cases; the runner allows the test 60 s
+#define TEST_SECS 80.0	// all cases; the runner allows the test 90 s
 
 // In the child. @k < 0: is there a device, does the GDS path open.
 static int child_case(int k)
@@ -474,18 +590,25 @@ int main(void)
 		return 1;
 	}
 	tmpdir = dir;
+	if (in_ram("/dev/shm")) {
+		char sd[] = "/dev/shm/tt_gpu_staged.XXXXXX";
+
+		if (mkdtemp(sd))
+			shmdir = sd;
+	}
 	if (spawn_case(-1, "device and GDS probe", 20, &gds) == 77) {
 		rmdir(dir);
+		if (!shmdir.empty())
+			rmdir(shmdir.c_str());
 		std::printf("1..0 # SKIP no CUDA device\n");
 		return 77;
 	}
 	for (unsigned k = 0; k < N_CFGS; k++) {
 		const struct cfg *c = &cfgs[k];
-		char label[96];
+		char label[160];
 		double left = end - mono();
 
-		std::snprintf(label, sizeof(label), "%s, %u member(s), stripe %u, chunk %u KiB, %u threads",
-			      c->path, c->members, c->stripe, c->chunk >> 10, c->threads);
+		label_of(c, label, sizeof(label));
 		if (c->ops == &tt_gds_ops && !gds)
 			continue;
 		if (left < 2) {
@@ -494,8 +617,12 @@ int main(void)
 		}
 		spawn_case((int)k, label, std::min(20.0, left), &gds);
 	}
-	unlink((tmpdir + "/m0.img").c_str());
-	unlink((tmpdir + "/m1.img").c_str());
-	rmdir(dir);
+	for (const std::string &d : { tmpdir, shmdir }) {
+		if (d.empty())
+			continue;
+		unlink((d + "/m0.img").c_str());
+		unlink((d + "/m1.img").c_str());
+		rmdir(d.c_str());
+	}
 	return tap_done();
 }

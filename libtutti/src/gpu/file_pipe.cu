@@ -102,18 +102,26 @@ static void read_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_l
 	while ((x = ly->next_job.fetch_add(1)) < ly->n_jobs) {
 		const struct fp_job *j = &ly->jobs[x];
 		struct fp_chunk *c = &w->chunks[w->next++ % fp->depth];
+		uint64_t t0 = fp_ns(), t1 = t0, t2 = t0;
 		int ret = -EIO;
 
 		// The chunk's last copy and scatter must be done before reuse.
 		if (cudaEventSynchronize(c->ev) != cudaSuccess)
 			goto fail;
+		t1 = fp_ns();
 		ret = be->get(ly->t, c, j);
+		t2 = fp_ns();
 		if (!ret && be->to_dev)
 			ret = be->to_dev(c, j->len, w->s);
 		if (!ret)
 			ret = launch_move(ly, j, c, w->s, 1);
 		if (!ret && cudaEventRecord(c->ev, w->s) != cudaSuccess)
 			ret = -EIO;
+		fp_count(&w->ns[FP_T_WAIT], t1 - t0);
+		fp_count(&w->ns[FP_T_GET], t2 - t1);
+		fp_count(&w->ns[FP_T_QUEUE], fp_ns() - t2);
+		fp_count(&w->runs, 1);
+		fp_count(&w->bytes, j->len);
 		if (!ret)
 			continue;
 fail:
@@ -121,13 +129,19 @@ fail:
 	}
 }
 
-static void put_job(struct tt_file_path *fp, struct fp_layer *ly, struct fp_chunk *c,
-		    const struct fp_job *j)
+static void put_job(struct tt_file_path *fp, struct fp_worker *w, struct fp_layer *ly,
+		    struct fp_chunk *c, const struct fp_job *j)
 {
+	uint64_t t0 = fp_ns(), t1;
 	int ret = cudaEventSynchronize(c->ev) == cudaSuccess ? 0 : -EIO;
 
+	t1 = fp_ns();
 	if (!ret)
 		ret = fp->be->put(ly->t, c, j);
+	fp_count(&w->ns[FP_T_WAIT], t1 - t0);
+	fp_count(&w->ns[FP_T_PUT], fp_ns() - t1);
+	fp_count(&w->runs, 1);
+	fp_count(&w->bytes, j->len);
 	if (ret)
 		job_fail(ly, j, ret);
 }
@@ -143,14 +157,16 @@ static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_
 	while ((x = ly->next_job.fetch_add(1)) < ly->n_jobs) {
 		const struct fp_job *j = &ly->jobs[x];
 		struct fp_chunk *c = &w->chunks[w->next++ % fp->depth];
+		uint64_t t0 = fp_ns();
 		int ret = launch_move(ly, j, c, w->s, 0);
 
 		if (!ret && be->from_dev)
 			ret = be->from_dev(c, j->len, w->s);
 		if (!ret && cudaEventRecord(c->ev, w->s) != cudaSuccess)
 			ret = -EIO;
+		fp_count(&w->ns[FP_T_QUEUE], fp_ns() - t0);
 		if (pc)
-			put_job(fp, ly, pc, pj);
+			put_job(fp, w, ly, pc, pj);
 		pc = nullptr;
 		if (ret) {
 			job_fail(ly, j, ret);
@@ -160,7 +176,7 @@ static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_
 		pj = j;
 	}
 	if (pc)
-		put_job(fp, ly, pc, pj);
+		put_job(fp, w, ly, pc, pj);
 }
 
 static int layer_sum(struct fp_layer *ly)
@@ -203,8 +219,12 @@ static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
 
 	for (;;) {
 		struct fp_layer *ly;
+		uint64_t t0 = fp_ns();
 
 		fp->cv_work.wait(lk, [&] { return fp->stop || w->cursor != fp->tail; });
+		// Only the part since the counters were last reset.
+		t0 = std::max(t0, __atomic_load_n(&fp->reset_ns, __ATOMIC_RELAXED));
+		fp_count(&w->ns[FP_T_IDLE], fp_ns() - t0);
 		if (w->cursor == fp->tail)
 			break;
 		ly = fp->ring[w->cursor % FP_RING];
@@ -260,6 +280,33 @@ void tt_file_path_close(struct tt_file_path *fp)
 {
 	if (fp)
 		fp_free(fp);
+}
+
+static uint64_t take(uint64_t *ctr, int reset)
+{
+	return reset ? __atomic_exchange_n(ctr, 0, __ATOMIC_RELAXED)
+		     : __atomic_load_n(ctr, __ATOMIC_RELAXED);
+}
+
+void tt_file_path_get_stats(struct tt_file_path *fp, struct tt_file_path_stats *st, int reset)
+{
+	memset(st, 0, sizeof(*st));
+	if (reset)
+		__atomic_store_n(&fp->reset_ns, fp_ns(), __ATOMIC_RELAXED);
+	for (struct fp_worker &w : fp->w) {
+		st->runs += take(&w.runs, reset);
+		st->bytes += take(&w.bytes, reset);
+		st->get_s += take(&w.ns[FP_T_GET], reset) / 1e9;
+		st->put_s += take(&w.ns[FP_T_PUT], reset) / 1e9;
+		st->chunk_wait_s += take(&w.ns[FP_T_WAIT], reset) / 1e9;
+		st->queue_s += take(&w.ns[FP_T_QUEUE], reset) / 1e9;
+		st->idle_s += take(&w.ns[FP_T_IDLE], reset) / 1e9;
+	}
+	st->begin_s = take(&fp->begin_ns, reset) / 1e9;
+	st->layer_wait_s = take(&fp->layer_wait_ns, reset) / 1e9;
+	st->n_threads = fp->n_workers;
+	if (fp->be->stats)
+		fp->be->stats(fp, st, reset);
 }
 
 static int fp_alloc(struct tt_file_path *fp)
@@ -338,10 +385,10 @@ int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 		d.chunk_bytes = 4u << 20;
 	if (!d.depth)
 		d.depth = 3;
-	if (d.depth < 2 || d.n_threads > 256 || d.chunk_bytes % 4096)
+	if (d.depth < 2 || d.n_threads > 256 || d.chunk_bytes % 4096 || d.map > TT_FILE_MAP_ANY)
 		return tt_seterr(-EINVAL, "%s path: depth %u (>= 2), %u threads (<= 256), "
-				 "chunk %u B (multiple of 4 KiB)", be->name, d.depth,
-				 d.n_threads, d.chunk_bytes);
+				 "chunk %u B (multiple of 4 KiB), map %u (<= %d)", be->name, d.depth,
+				 d.n_threads, d.chunk_bytes, d.map, TT_FILE_MAP_ANY);
 	if (d.device < 0 && cudaGetDevice(&d.device) != cudaSuccess)
 		return tt_seterr(-EIO, "%s path: no CUDA device", be->name);
 	fp = new (std::nothrow) tt_file_path();
@@ -353,6 +400,8 @@ int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	fp->n_workers = d.n_threads;
 	fp->depth = d.depth;
 	fp->chunk_bytes = d.chunk_bytes;
+	fp->chunk_set = p && p->chunk_bytes;
+	fp->map = d.map;
 	fp->w.resize(d.n_threads);
 	// Streams, chunks and kernels belong to @device; the caller's current
 	// device is put back before returning.
@@ -475,8 +524,9 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 	uint32_t L = g->n_layers, S = g->n_spans;
 	uint64_t moved = 0;
 	std::vector<struct fp_obj> objs;
+	uint64_t t0 = fp_ns();
 	struct fp_txn *t;
-	uint32_t cap;
+	uint32_t cap, be_cap;
 	int ret;
 
 	if (S > TT_GPU_SUM_MAX_SPANS || g->n_members > TT_MAX_ENGINE_MEMBERS ||
@@ -487,11 +537,13 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 	t = new (std::nothrow) fp_txn();
 	if (!t)
 		return tt_seterr(-ENOMEM, "out of memory");
+	t->fp = fp;
+	t->geo = *g;
+	t->write = ti->write;
+	t->n = ti->n;
+	memcpy(t->fds, ti->fds, g->n_members * sizeof(int));
+	be_cap = fp->be->txn_plan ? fp->be->txn_plan(t) : 0;
 	try {
-		t->fp = fp;
-		t->geo = *g;
-		t->write = ti->write;
-		t->n = ti->n;
 		t->slots.assign(ti->slots, ti->slots + ti->n);
 		t->status.assign(ti->n, 0);
 		t->tags.resize((size_t)L * ti->n * S);
@@ -499,7 +551,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 		for (unsigned i = 0; i < ti->n; i++)
 			moved += ti->slots[i] >= 0;
 		// Enough runs per layer to keep every thread busy, none tiny.
-		cap = (uint32_t)std::min<uint64_t>(fp->chunk_bytes,
+		cap = (uint32_t)std::min<uint64_t>(be_cap ? be_cap : fp->chunk_bytes,
 			std::max<uint64_t>(FP_MIN_RUN, moved * S * g->obj_stride / (2 * fp->n_workers)));
 		cap = std::max(cap / g->obj_stride * g->obj_stride, g->obj_stride);
 		for (uint32_t l = 0; l < L; l++) {
@@ -513,7 +565,6 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 		delete t;
 		return tt_seterr(-ENOMEM, "out of memory");
 	}
-	memcpy(t->fds, ti->fds, g->n_members * sizeof(int));
 	for (uint32_t l = 0; l < L; l++) {
 		struct fp_layer *ly = &t->layers[l];
 
@@ -541,6 +592,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 	for (uint32_t l = 0; l < L; l++)
 		t->layers[l].dtags = t->d_tags + (size_t)l * t->n * S;
 	*out = t;
+	fp_count(&fp->begin_ns, fp_ns() - t0);
 	return 0;
 }
 
@@ -597,8 +649,10 @@ static struct fp_layer *layer_queued(struct fp_txn *t, uint32_t layer)
 
 int fp_order(void *txn, uint32_t layer, struct CUstream_st *stream)
 {
+	uint64_t t0 = fp_ns();
 	struct fp_layer *ly = layer_queued((struct fp_txn *)txn, layer);
 
+	fp_count(&((struct fp_txn *)txn)->fp->layer_wait_ns, fp_ns() - t0);
 	if (!ly)
 		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
 	return cudaStreamWaitEvent(stream, ly->ev, 0) == cudaSuccess ? 0 : -EIO;
@@ -606,6 +660,7 @@ int fp_order(void *txn, uint32_t layer, struct CUstream_st *stream)
 
 int fp_wait(void *txn, uint32_t layer)
 {
+	uint64_t t0 = fp_ns();
 	struct fp_layer *ly = layer_queued((struct fp_txn *)txn, layer);
 	int err;
 
@@ -613,6 +668,7 @@ int fp_wait(void *txn, uint32_t layer)
 		return tt_seterr(-EINVAL, "layer %u was not submitted", layer);
 	if (cudaEventSynchronize(ly->ev) != cudaSuccess)
 		set_err(&ly->err, -EIO);
+	fp_count(&((struct fp_txn *)txn)->fp->layer_wait_ns, fp_ns() - t0);
 	err = __atomic_load_n(&ly->err, __ATOMIC_RELAXED);
 	if (err)
 		return tt_seterr(err, "%s path: layer %u: %s", ((struct fp_txn *)txn)->fp->be->name,

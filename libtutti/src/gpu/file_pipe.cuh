@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>
+
 #include <cuda_runtime.h>
 
 #include "tutti/devpath.h"
@@ -29,6 +31,7 @@ struct fp_txn;
 struct fp_chunk {
 	void *host;
 	void *dev;
+	const void *src;	// what to_dev copies: host, or a mapped file's bytes
 	cudaEvent_t ev;		// recorded after the chunk's last copy/kernel
 	int registered;		// with the backend (cuFileBufRegister)
 };
@@ -80,8 +83,13 @@ struct fp_txn {
 	uint64_t *d_sums;
 };
 
+// Per-phase time of a worker (ns, atomic adds: read and reset by others).
+enum { FP_T_GET, FP_T_PUT, FP_T_WAIT, FP_T_QUEUE, FP_T_IDLE, FP_T_N };
+
 struct fp_worker {
 	std::thread th;
+	uint64_t ns[FP_T_N] = {};
+	uint64_t runs = 0, bytes = 0;
 	cudaStream_t s;
 	cudaEvent_t ev;
 	std::vector<struct fp_chunk> chunks;
@@ -102,6 +110,10 @@ struct fp_backend {
 	// device -> chunk on @s, may be NULL; then chunk -> file (synchronous)
 	int (*from_dev)(struct fp_chunk *c, uint32_t len, cudaStream_t s);
 	int (*put)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j);
+	// Before the runs are planned (t->fds set), may be NULL: attach
+	// per-member state; returns the largest run, 0: chunk_bytes.
+	uint32_t (*txn_plan)(struct fp_txn *t);
+	void (*stats)(struct tt_file_path *fp, struct tt_file_path_stats *st, int reset);
 };
 
 struct tt_file_path {
@@ -110,6 +122,10 @@ struct tt_file_path {
 	unsigned n_workers;
 	unsigned depth;
 	uint32_t chunk_bytes;
+	int chunk_set;			// chunk_bytes given by the caller
+	unsigned map;			// enum tt_file_map (staged)
+	uint64_t begin_ns, layer_wait_ns;	// caller's time (atomic adds)
+	uint64_t reset_ns;		// counters zeroed then
 	std::vector<struct fp_worker> w;
 	std::mutex mu;
 	std::condition_variable cv_work, cv_done;
@@ -120,6 +136,19 @@ struct tt_file_path {
 	cudaStream_t ctl;
 	void *priv;			// backend's
 };
+
+static inline uint64_t fp_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void fp_count(uint64_t *ctr, uint64_t v)
+{
+	__atomic_fetch_add(ctr, v, __ATOMIC_RELAXED);
+}
 
 int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	    void *priv, struct tt_file_path **out);
