@@ -36,6 +36,11 @@ else
 fi
 wait $p1 && wait $p2 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - T0 )) s" | tee -a "$OUT/build.log"
+# cuFile needs udev's word on the disk's filesystem (none where no udevd runs)
+# and compatibility mode allowed; its logs go to $OUT.
+DISK=${DISK_DIR:-/var/tmp/tt_file_hbm}
+mkdir -p "$DISK"
+source scripts/gpu/cufile_env.sh "$DISK" | tee -a "$OUT/machine.txt"
 # The test gives itself 80 s (each case in its own process); 90 s at most.
 timeout -k 5 90 $B/test_gpu_staged >"$OUT/test_gpu_staged.log" 2>&1
 echo "test_gpu_staged exit $? after $(( $(date +%s) - T0 )) s" | tee -a "$OUT/test_gpu_staged.log"
@@ -45,9 +50,9 @@ grep -E "^not ok|^1\.\.|Bail|signal|hung|mapped: |pread: " "$OUT/test_gpu_staged
 LEFT=$(( BUDGET - ($(date +%s) - T0) ))
 echo "benchmark budget ${LEFT} s"
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_file_hbm.py run --bin $B/gpu_file_hbm --out "$OUT/gpu_file_hbm.json" \
-	--disk-dir $B/disk --budget $LEFT ${QUICK:+--quick} >"$OUT/bench.log" 2>&1
+	--disk-dir "$DISK" --budget $LEFT ${QUICK:+--quick} >"$OUT/bench.log" 2>&1
 echo "bench exit $? after $(( $(date +%s) - T0 )) s"
-# cuFile logs why it refused a file (its default: ./cufile.log).
-[ -f cufile.log ] && tail -c 200000 cufile.log >"$OUT/cufile.log"
+# cuFile's logs say why it refused a file; their names do not travel back.
+for f in "$OUT"/cufile_*.log cufile.log; do [ -f "$f" ] && tail -c 50000 "$f" >>"$OUT/cufile_all.log" && rm -f "$f"; done
 grep -E "^- .*(mapped|staged)\`: |not run: " "$OUT/bench.log" | sort -u
 sed -n '/^| Target/,$p' "$OUT/bench.log"
