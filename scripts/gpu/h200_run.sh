@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu/out}
-B=build/gpu
+B=${B:-build/gpu}
 mkdir -p "$B" "$OUT"
 NVCC=${NVCC:-nvcc}
 FLAGS="-std=c++17 -arch=sm_90 -O2 -Ilibtutti/include -Ilibtutti/tests -Xcompiler -Wall,-Werror -Werror all-warnings"
