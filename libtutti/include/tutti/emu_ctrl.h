@@ -17,7 +17,9 @@
  * Backing stores:
  *   TT_EMU_NULL     completes at once, no data moved (measures the GPU side)
  *   TT_EMU_HOSTMEM  pinned host memory, one area per namespace
- *   TT_EMU_FILE     one file per namespace (pread/pwrite via a bounce buffer)
+ *   TT_EMU_FILE     one file per namespace (pread/pwrite via a bounce buffer;
+ *                   a file on tmpfs is mapped and pinned instead, and served
+ *                   like TT_EMU_HOSTMEM, unless TUTTI_EMU_FILE_MAP=0)
  * and an optional bandwidth cap (GB/s over all queues) to behave like an
  * SSD array of a chosen speed.
  */
@@ -126,6 +128,18 @@ void tt_emu_caps(const struct tt_emu *c, struct tt_nvme_xfer_caps *caps);
  * Return: host pointer to ns_bytes bytes, or NULL.
  */
 void *tt_emu_ns_data(const struct tt_emu *c, uint32_t nsid);
+
+/**
+ * tt_emu_ns_mapped() - how a TT_EMU_FILE namespace moves its data
+ * @c: controller
+ * @nsid: namespace, 1..n_ns
+ *
+ * Return: 0 pread/pwrite through a bounce buffer (or not TT_EMU_FILE, or
+ * no such namespace); 1 reads straight from the pinned file mapping,
+ * writes by pwrite (file open read-only); 3 reads and writes through the
+ * mapping. TUTTI_EMU_DEBUG set: tt_emu_open() says so, and why, on stderr.
+ */
+int tt_emu_ns_mapped(const struct tt_emu *c, unsigned nsid);
 
 /** tt_emu_get_stats() - read the counters (a consistent-enough snapshot). */
 void tt_emu_get_stats(const struct tt_emu *c, struct tt_emu_stats *st);

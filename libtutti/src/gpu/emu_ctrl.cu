@@ -18,6 +18,12 @@
 // picks the copy path: "batch" (default), "each" (one cudaMemcpyAsync per
 // extent) or "sync" (per extent and a stream sync per batch, the original
 // path), so one benchmark can compare them.
+//
+// TT_EMU_FILE on tmpfs (a RAM-backed store in /dev/shm): each namespace's
+// file is mapped MAP_SHARED and pinned with cudaHostRegister at open, and
+// its commands are served like TT_EMU_HOSTMEM, the copy engines moving data
+// straight between the file's pages and GPU memory: no pread/pwrite, no
+// bounce. TUTTI_EMU_FILE_MAP=0 keeps pread/pwrite through the bounce.
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -28,7 +34,11 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cuda_runtime.h>
@@ -43,6 +53,7 @@
 #define EMU_INFLIGHT 4u		// batches in flight per thread
 #define EMU_SLOT_BOUNCE (4u << 20)	// file mode bounce buffer per batch
 #define EMU_POLL_NS 2000u	// least time between two event queries
+#define EMU_TMPFS_MAGIC 0x01021994	// TMPFS_MAGIC, linux/magic.h
 
 enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
 
@@ -81,6 +92,7 @@ struct emu_cmd {
 	uint64_t bytes;
 	uint32_t ext_first;
 	uint32_t ext_n;
+	bool direct;			// host is namespace memory: no pread/pwrite
 	char *host;			// namespace memory or bounce buffer;
 					// NULL: file command larger than the bounce
 };
@@ -118,6 +130,11 @@ struct tt_emu {
 	char *bar;			// emulated BAR0 (doorbells), host view
 	char *bar_dev;
 	char *ns_mem[TT_EMU_MAX_NS];
+	// TT_EMU_FILE on tmpfs: the file mapped and registered, or NULL;
+	// ns_map_wr: writes go through it too (the fd is open for writing).
+	char *ns_map[TT_EMU_MAX_NS];
+	size_t ns_map_len[TT_EMU_MAX_NS];
+	bool ns_map_wr[TT_EMU_MAX_NS];
 	std::vector<std::thread> threads;
 	std::atomic<bool> stop;
 	std::atomic<int> thread_err;
@@ -517,7 +534,7 @@ static void emu_landed(struct tt_emu *e, emu_batch &b)
 	if (e->p.backing != TT_EMU_FILE)
 		return;
 	for (emu_cmd &c : b.cmds)
-		if (c.moving && c.opcode == TT_NVME_CMD_WRITE &&
+		if (c.moving && !c.direct && c.opcode == TT_NVME_CMD_WRITE &&
 		    pwrite(e->p.fds[c.nsid - 1], c.host, c.bytes, (off_t)c.off) !=
 			    (ssize_t)c.bytes)
 			c.status = TT_NVME_SC_WRITE_FAULT;
@@ -543,7 +560,7 @@ static void emu_issue(struct tt_emu *e, emu_batch &b)
 			continue;
 		if (!c.host)
 			c.status = emu_data_chunked(e, b, c);
-		else if (e->p.backing == TT_EMU_FILE && c.opcode == TT_NVME_CMD_READ &&
+		else if (!c.direct && c.opcode == TT_NVME_CMD_READ &&
 			 pread(e->p.fds[c.nsid - 1], c.host, c.bytes, (off_t)c.off) !=
 				 (ssize_t)c.bytes)
 			c.status = TT_NVME_SC_READ_ERROR;
@@ -618,11 +635,21 @@ static bool emu_post(struct tt_emu *e, emu_q *q, uint16_t cid, uint16_t status)
 	return true;
 }
 
+// Namespace memory that @op commands on @nsid use in place, or NULL for
+// the bounce (file backing not mapped, or mapped read-only and a write).
+static char *emu_ns_direct(const struct tt_emu *e, uint32_t nsid, uint8_t op)
+{
+	if (e->p.backing == TT_EMU_HOSTMEM)
+		return e->ns_mem[nsid - 1];
+	if (op == TT_NVME_CMD_READ || e->ns_map_wr[nsid - 1])
+		return e->ns_map[nsid - 1];
+	return nullptr;
+}
+
 // Fetch what queue @q's doorbell offers into @b. Return: commands fetched.
 static unsigned emu_fetch(struct tt_emu *e, emu_q *q, emu_batch &b)
 {
 	uint32_t tail = __atomic_load_n((const uint32_t *)q->sq_db, __ATOMIC_ACQUIRE);
-	bool file = e->p.backing == TT_EMU_FILE;
 	uint64_t used = 0;
 	unsigned n = 0;
 
@@ -643,10 +670,14 @@ static unsigned emu_fetch(struct tt_emu *e, emu_q *q, emu_batch &b)
 		std::memcpy(&s, &q->sq[q->sq_head], sizeof(s));
 		emu_parse(e, q, &s, c, b.ext);
 		c.moving = false;
+		c.direct = false;
 		c.host = nullptr;
 		if (c.status == TT_NVME_SC_SUCCESS && c.bytes && e->p.backing != TT_EMU_NULL) {
-			if (!file) {
-				c.host = e->ns_mem[c.nsid - 1] + c.off;
+			char *m = emu_ns_direct(e, c.nsid, c.opcode);
+
+			if (m) {
+				c.host = m + c.off;
+				c.direct = true;
 			} else if (used + c.bytes <= EMU_SLOT_BOUNCE) {
 				c.host = b.bounce + used;
 				// Page aligned for O_DIRECT files.
@@ -792,13 +823,24 @@ static void emu_thread(struct tt_emu *e, unsigned id)
 	}
 }
 
+// Whether some file command may go through a bounce buffer.
+static bool emu_need_bounce(const struct tt_emu *e)
+{
+	if (e->p.backing != TT_EMU_FILE)
+		return false;
+	for (unsigned i = 0; i < e->p.n_ns; i++)
+		if (!e->ns_map[i] || !e->ns_map_wr[i])
+			return true;
+	return false;
+}
+
 static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 {
 	for (emu_batch &b : w.b) {
 		if (cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess ||
 		    cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess)
 			return -EIO;
-		if (e->p.backing == TT_EMU_FILE &&
+		if (emu_need_bounce(e) &&
 		    cudaHostAlloc((void **)&b.bounce, EMU_SLOT_BOUNCE, cudaHostAllocDefault) !=
 			    cudaSuccess)
 			return -ENOMEM;
@@ -838,9 +880,14 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	}
 	if (c->bar)
 		cudaFreeHost(c->bar);
-	for (i = 0; i < TT_EMU_MAX_NS; i++)
+	for (i = 0; i < TT_EMU_MAX_NS; i++) {
 		if (c->ns_mem[i])
 			cudaFreeHost(c->ns_mem[i]);
+		if (c->ns_map[i]) {
+			cudaHostUnregister(c->ns_map[i]);
+			munmap(c->ns_map[i], c->ns_map_len[i]);
+		}
+	}
 	delete c;
 }
 
@@ -855,9 +902,75 @@ static int emu_host_alloc(void **host, void **dev, size_t bytes)
 	return 0;
 }
 
+// TT_EMU_FILE: map namespace @i's file and pin it, so its commands skip
+// pread/pwrite. Return: NULL when mapped, else why not (it then takes the
+// bounce path, as it always could).
+//
+// Only on tmpfs, where the page cache is the file:
+// - A GPU write is a DMA into a pinned page; no CPU store marks the page
+//   dirty. On a disk filesystem, once writeback cleaned the page, later
+//   DMA writes stay clean to the kernel: fdatasync and O_DIRECT reads miss
+//   them. On tmpfs nothing is written back: the data is in the file once
+//   the copy landed (before the CQE), which is all fdatasync promises
+//   there, so the store's flush ordering holds for writes through the map.
+// - The members are O_DIRECT: on a disk filesystem an O_DIRECT write (ours
+//   for writes on the bounce path, or the store's engine) drops the page
+//   cache pages of its range, and the pinned pages we copy from go stale.
+//   tmpfs serves O_DIRECT from the same pages, and pinned shmem pages are
+//   neither reclaimed nor migrated; only truncate or hole punching would
+//   part them from the file, which the store does not do while open.
+// Pinning faults in every page of the range: holes of a sparse file get
+// allocated, so require room for them on the tmpfs, or the registration
+// would fail halfway with the file grown.
+static const char *emu_map_ns(struct tt_emu *c, unsigned i, double *secs)
+{
+	const char *env = std::getenv("TUTTI_EMU_FILE_MAP");
+	uint64_t ns = c->p.ns_bytes, have, room;
+	size_t len = (size_t)((ns + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE);
+	int fd = c->fds[i], fl = fcntl(fd, F_GETFL);
+	unsigned flags = cudaHostRegisterPortable;
+	struct statfs sf;
+	struct stat st;
+	cudaError_t r;
+	bool wr;
+	void *m;
+
+	if (env && !std::strcmp(env, "0"))
+		return "TUTTI_EMU_FILE_MAP=0";
+	if (fl < 0 || fstat(fd, &st) || fstatfs(fd, &sf))
+		return "fcntl/fstat/fstatfs failed";
+	if (!S_ISREG(st.st_mode) || sf.f_type != EMU_TMPFS_MAGIC)
+		return "not a file on tmpfs";
+	if ((uint64_t)st.st_size < ns || ns == 0)
+		return "file smaller than the namespace";	// never grow it
+	have = (uint64_t)st.st_blocks * 512;
+	room = (uint64_t)sf.f_bavail * (uint64_t)sf.f_bsize;
+	if (have < ns && ns - have > room)
+		return "no room on the tmpfs to fill the file's holes";
+	wr = (fl & O_ACCMODE) == O_RDWR;
+	if (!wr)	// a read-only store: map for reads, writes fail on pwrite
+		flags |= cudaHostRegisterReadOnly;
+	m = mmap(nullptr, len, PROT_READ | (wr ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return "mmap failed";
+	auto t0 = std::chrono::steady_clock::now();
+	r = cudaHostRegister(m, len, flags);
+	*secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	if (r != cudaSuccess) {
+		cudaGetLastError();
+		munmap(m, len);
+		return cudaGetErrorString(r);
+	}
+	c->ns_map[i] = (char *)m;
+	c->ns_map_len[i] = len;
+	c->ns_map_wr[i] = wr;
+	return nullptr;
+}
+
 extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 {
 	const char *mode = std::getenv("TUTTI_EMU_COPY");
+	const char *map = std::getenv("TUTTI_EMU_FILE_MAP");
 	struct tt_emu *c;
 	size_t bar_bytes;
 	unsigned i;
@@ -872,6 +985,8 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		copy = EMU_COPY_SYNC;
 	else
 		return -EINVAL;	// a typo must not measure the wrong path
+	if (map && std::strcmp(map, "0") && std::strcmp(map, "1"))
+		return -EINVAL;
 	if (!p || p->n_queues == 0 || p->n_queues > 1024 || p->depth < 2 ||
 	    p->depth > 65536 || p->n_threads == 0 || p->n_ns == 0 ||
 	    p->n_ns > TT_EMU_MAX_NS || (p->lba_shift != 9 && p->lba_shift != 12) ||
@@ -894,6 +1009,9 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	c->next_free_ns = 0;
 	c->copy.store(copy);
 	std::memset(c->ns_mem, 0, sizeof(c->ns_mem));
+	std::memset(c->ns_map, 0, sizeof(c->ns_map));
+	std::memset(c->ns_map_len, 0, sizeof(c->ns_map_len));
+	std::memset(c->ns_map_wr, 0, sizeof(c->ns_map_wr));
 	c->bar = nullptr;
 	if (cudaGetDevice(&c->device) != cudaSuccess) {
 		delete c;
@@ -907,6 +1025,25 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 			if (cudaHostAlloc(&c->ns_mem[i], p->ns_bytes, cudaHostAllocPortable) !=
 			    cudaSuccess)
 				rc = -ENOMEM;
+	if (p->backing == TT_EMU_FILE && !rc) {
+		bool dbg = std::getenv("TUTTI_EMU_DEBUG") != nullptr;
+
+		for (i = 0; i < p->n_ns; i++) {
+			double secs = 0;
+			const char *why = emu_map_ns(c, i, &secs);
+
+			if (!dbg)
+				continue;
+			if (why)
+				std::fprintf(stderr, "tutti emu_ctrl: ns %u: pread/pwrite (%s)\n",
+					     i + 1, why);
+			else
+				std::fprintf(stderr, "tutti emu_ctrl: ns %u: mapped, %s, "
+					     "%.2f GiB registered in %.3f s\n", i + 1,
+					     c->ns_map_wr[i] ? "reads+writes" : "reads only",
+					     (double)c->ns_map_len[i] / (1 << 30), secs);
+		}
+	}
 	c->qmem.resize(p->n_queues);
 	for (i = 0; i < p->n_queues && !rc; i++) {
 		emu_q *q = new (std::nothrow) emu_q();
@@ -982,6 +1119,14 @@ extern "C" void *tt_emu_ns_data(const struct tt_emu *c, uint32_t nsid)
 	if (nsid == 0 || nsid > c->p.n_ns)
 		return nullptr;
 	return c->ns_mem[nsid - 1];
+}
+
+extern "C" int tt_emu_ns_mapped(const struct tt_emu *c, unsigned nsid)
+{
+	if (c->p.backing != TT_EMU_FILE || nsid == 0 || nsid > c->p.n_ns ||
+	    !c->ns_map[nsid - 1])
+		return 0;
+	return c->ns_map_wr[nsid - 1] ? 3 : 1;
 }
 
 extern "C" void tt_emu_get_stats(const struct tt_emu *c, struct tt_emu_stats *st)
