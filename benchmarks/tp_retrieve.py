@@ -153,6 +153,11 @@ def _rank_gpu(rank, args, world, results):
 
 
 def _rank(rank, args, world, use_cuda, results):
+    hang = float(os.environ.get("TUTTI_HANG_DUMP_S", "0"))
+    if hang > 0:  # a rank stuck in C code still shows where Python called it
+        import faulthandler  # noqa: PLC0415
+
+        faulthandler.dump_traceback_later(hang, repeat=False, exit=False)
     if use_cuda and args.path != "cpu":
         return _rank_gpu(rank, args, world, results)
     device = None
