@@ -293,3 +293,49 @@ def test_harness_tutti_through_the_store_host_path(model, tmp_path):
             assert kv.discard_writes() == n_writes and s.lookup(wkeys[:n_writes]) == [None] * n_writes
     finally:
         s.close()
+
+
+def _prefill_bench():
+    """benchmarks/prefill.py as a module, imported by path (its top level needs neither torch nor CUDA)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prefill_bench", os.path.join(ROOT, "benchmarks", "prefill.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_prefill_bench_kv_choice():
+    """--kv gio (default: the published numbers' raw gio_uring over a hostmem emulator) or --kv store."""
+    b = _prefill_bench()
+    p = b.parser()
+    a = p.parse_args(["run"])
+    assert a.kv == "gio" and a.fn is b.run
+    assert b.command_line(a) == "python3 benchmarks/prefill.py run"
+    meta = b.KV_KINDS[a.kv].meta(a)
+    assert meta["emulator"]["backing"] == "hostmem" and "store" not in meta
+    assert p.parse_args(["run", "--kv", "gio", "--quick"]).kv == "gio"
+    s = p.parse_args(["run", "--kv", "store"])
+    assert s.kv == "store" and b.command_line(s) == "python3 benchmarks/prefill.py run --kv store"
+    assert b.KV_KINDS[s.kv].meta(s)["store"]["path"] == "gio"
+    with pytest.raises(SystemExit):
+        p.parse_args(["run", "--kv", "gds"])
+
+
+def test_prefill_bench_render_says_which_store(tmp_path):
+    """Results without a "store" key are the raw emulated namespaces on host memory; with one, the real store."""
+    src = os.path.join(ROOT, "benchmarks", "prefill_h200.json")
+    if not os.path.exists(src):
+        pytest.skip("no benchmarks/prefill_h200.json")
+    b = _prefill_bench()
+    with open(src) as f:
+        data = json.load(f)
+    data["meta"].pop("store", None)
+    data["meta"]["emulator"]["backing"] = "hostmem"
+    raw = b.render_section(data)
+    assert "raw gio_uring over 2 namespaces" in raw and "pinned host memory" in raw and "GpuStore" not in raw
+    data["meta"]["store"] = {"path": "gio", "dir": "/dev/shm", "members": 2, "verify": "GPU XXH3, every load"}
+    data["meta"]["emulator"]["backing"] = "file (the store's members in /dev/shm)"
+    data["meta"]["command"] += " --kv store"
+    st = b.render_section(data)
+    assert "formatted Tutti store (`tutti.gpu.GpuStore`)" in st and "--kv store" in st and "raw gio_uring" not in st
