@@ -135,7 +135,9 @@ def render_section(data):
     L += [f"Measured {m['date']} with:", "", "```",
           "OUT=$OUT BUDGET=380 benchmarks/gpu_file_hbm_run.sh   # builds, gds_abi_check, test_gpu_staged, then:",
           m["command"], "```", ""]
-    L.append(f"- Machine: {m['gpu']}; {m['cpus']} CPUs ({m['cpu_model'].strip()}), {m['mem']} RAM; "
+    gpus = m["gpu"].splitlines()
+    gpu = gpus[0] + (f" (× {len(gpus)} on the machine; one used)" if len(gpus) > 1 else "")
+    L.append(f"- Machine: {gpu}; {m['cpus']} CPUs ({m['cpu_model'].strip()}), {m['mem']} RAM; "
              f"Linux {m['kernel']}; {m['nvcc']}")
     L.append(f"- Stores: `ram` = a file on /dev/shm ({m['shm']}); `disk` = a file on the machine's disk "
              f"({m['disk']}), opened O_DIRECT, page cache dropped before every run.")

@@ -194,6 +194,11 @@ def render_section(data):
                      f"{med([r['cpu_us_per_layer'] for r in rs]):.1f} |")
         L.append("")
     if any(r["mode"] == "emubw" for r in res):
+        em = data.get("emubw_meta")
+        if em:  # measured in a later run than the rest of this section
+            L += [f"Measured {em['date']} on {em['gpu'].splitlines()[0]} ({em['cpus']} CPUs) with:", "", "```",
+                  "scripts/gpu/emu_bw.sh        # builds the bench and test_gpu_gio there, then:",
+                  em["command"], "```", ""]
         L.append("Emulated controller data rate, host memory → HBM, one 32 KiB read command per object "
                  "(medians over runs; `batch`: one cudaMemcpyBatchAsync per fetched batch, `each`: one "
                  "cudaMemcpyAsync per extent, `sync`: per extent and a stream sync per batch, the original):")
