@@ -228,7 +228,13 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		view.head = 0;
 		view.qid = q->qid;
 		tt_sq_ring_doorbell(&view);
-		__threadfence();
+		/*
+		 * System scope: the next warp rings after it sees @published,
+		 * and the controller (a host thread, or the SSD across PCIe)
+		 * must see our tail before its larger one, or the older value
+		 * could land last and hide the newer commands.
+		 */
+		__threadfence_system();
 		gio_st64(&q->published, base + cnt);
 	}
 	__syncwarp();
