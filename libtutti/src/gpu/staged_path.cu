@@ -78,6 +78,17 @@ static int fs_in_ram(long type)
 	return type == TMPFS_MAGIC || type == RAMFS_MAGIC || type == HUGETLBFS_MAGIC;
 }
 
+// A message cut at the buffer's end is fine: these lines are diagnostics.
+__attribute__((format(printf, 3, 4)))
+static void st_say(char *b, size_t n, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(b, n, fmt, ap);
+	va_end(ap);
+}
+
 __attribute__((format(printf, 3, 4)))
 static void st_append(char *b, size_t n, const char *fmt, ...)
 {
@@ -106,16 +117,16 @@ static void st_map(struct tt_file_path *fp, struct st_priv *pv, struct st_file *
 	double dt;
 
 	if (pv->mode == TT_FILE_MAP_OFF) {
-		snprintf(f->line, sizeof(f->line), "pread: mapping off (param or TUTTI_STAGED_MAP)");
+		st_say(f->line, sizeof(f->line), "pread: mapping off (param or TUTTI_STAGED_MAP)");
 		return;
 	}
 	if (fstatfs(fd, &sf)) {
-		snprintf(f->line, sizeof(f->line), "pread: statfs: %s", strerror(errno));
+		st_say(f->line, sizeof(f->line), "pread: statfs: %s", strerror(errno));
 		return;
 	}
 	fs = fs_name(sf.f_type);
 	if (!fs_in_ram(sf.f_type) && pv->mode != TT_FILE_MAP_ANY) {
-		snprintf(f->line, sizeof(f->line), "pread: %s is not RAM-backed "
+		st_say(f->line, sizeof(f->line), "pread: %s is not RAM-backed "
 			 "(TUTTI_STAGED_MAP=any tries it)", fs);
 		return;
 	}
@@ -123,19 +134,19 @@ static void st_map(struct tt_file_path *fp, struct st_priv *pv, struct st_file *
 	// the page cache: the mapping would go stale. (tmpfs's O_DIRECT goes
 	// through the page cache.)
 	if (!fs_in_ram(sf.f_type) && (fcntl(fd, F_GETFL) & O_DIRECT)) {
-		snprintf(f->line, sizeof(f->line), "pread: %s file opened O_DIRECT: its writes "
+		st_say(f->line, sizeof(f->line), "pread: %s file opened O_DIRECT: its writes "
 			 "would bypass the pinned pages", fs);
 		return;
 	}
 	if (!st->st_size) {
-		snprintf(f->line, sizeof(f->line), "pread: empty file");
+		st_say(f->line, sizeof(f->line), "pread: empty file");
 		return;
 	}
 	// Pinning faults in every page: a hole of a sparse file becomes RAM.
 	holes = (uint64_t)st->st_size > (uint64_t)st->st_blocks * 512 ?
 		(uint64_t)st->st_size - (uint64_t)st->st_blocks * 512 : 0;
 	if (fs_in_ram(sf.f_type) && sf.f_blocks && holes > (uint64_t)sf.f_bavail * sf.f_bsize) {
-		snprintf(f->line, sizeof(f->line), "pread: pinning would fill %.2f GiB of holes, "
+		st_say(f->line, sizeof(f->line), "pread: pinning would fill %.2f GiB of holes, "
 			 "%.2f GiB free on %s", holes / 1073741824.0,
 			 (double)sf.f_bavail * sf.f_bsize / 1073741824.0, fs);
 		return;
@@ -151,12 +162,12 @@ static void st_map(struct tt_file_path *fp, struct st_priv *pv, struct st_file *
 		inj = " (injected)";
 	}
 	if (map == MAP_FAILED) {
-		snprintf(f->line, sizeof(f->line), "pread: mmap on %s: %s%s", fs, strerror(errno), inj);
+		st_say(f->line, sizeof(f->line), "pread: mmap on %s: %s%s", fs, strerror(errno), inj);
 		return;
 	}
 	if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(fp->device) != cudaSuccess) {
 		cudaGetLastError();
-		snprintf(f->line, sizeof(f->line), "pread: cannot use CUDA device %d", fp->device);
+		st_say(f->line, sizeof(f->line), "pread: cannot use CUDA device %d", fp->device);
 		munmap(map, len);
 		return;
 	}
@@ -185,7 +196,7 @@ static void st_map(struct tt_file_path *fp, struct st_priv *pv, struct st_file *
 	}
 	cudaSetDevice(prev);
 	if (err != cudaSuccess) {
-		snprintf(f->line, sizeof(f->line), "pread: cudaHostRegister of %.2f GiB on %s: %s",
+		st_say(f->line, sizeof(f->line), "pread: cudaHostRegister of %.2f GiB on %s: %s",
 			 len / 1073741824.0, fs, why);
 		munmap(map, len);
 		return;
@@ -196,7 +207,7 @@ static void st_map(struct tt_file_path *fp, struct st_priv *pv, struct st_file *
 	pv->n_mapped++;
 	pv->mapped_bytes += len;
 	pv->map_s += dt;
-	snprintf(f->line, sizeof(f->line), "mapped: %s, %.2f GiB, %s registration in %.2f s", fs,
+	st_say(f->line, sizeof(f->line), "mapped: %s, %.2f GiB, %s registration in %.2f s", fs,
 		 len / 1073741824.0, wr ? "writable" : "read-only", dt);
 }
 
@@ -236,7 +247,7 @@ static struct st_file *st_file_of(struct tt_file_path *fp, struct st_priv *pv, i
 	if (r > 0) {
 		char line[sizeof(f->line)];
 
-		snprintf(line, sizeof(line), "%s: %s", name, f->line);
+		st_say(line, sizeof(line), "%s: %s", name, f->line);
 		memcpy(f->line, line, sizeof(line));
 	}
 	return f;
