@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// emu_impl.cuh - the emulated controller's state: queues, commands, batches, workers
+// Included once, by emu_ctrl.cu (one translation unit, so everything stays
+// static); split out to keep each part readable on its own.
+#ifndef TT_EMU_IMPL_CUH
+#define TT_EMU_IMPL_CUH
+
+#define EMU_PAGE 4096u
+#define EMU_MAX_FETCH 256u	// SQEs fetched into one batch
+#define EMU_MAX_SGL_SEGS 64u	// SGL segments followed per command
+#define EMU_INFLIGHT 4u		// batches in flight per thread
+#define EMU_SLOT_BOUNCE (4u << 20)	// file mode bounce buffer per batch
+#define EMU_POLL_NS 2000u	// least time between two event queries
+#define EMU_TMPFS_MAGIC 0x01021994	// TMPFS_MAGIC, linux/magic.h
+
+enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
+
+namespace {
+
+struct emu_ext {
+	uint64_t addr;	// GPU virtual address
+	uint64_t len;
+};
+
+struct emu_q {
+	uint16_t qid;
+	uint32_t depth;
+	struct tt_nvme_sqe *sq;		// host view of the rings
+	struct tt_nvme_cqe *cq;
+	const volatile uint32_t *sq_db;	// host view of the doorbells
+	const volatile uint32_t *cq_db;
+	char *list;			// host view of list memory
+	size_t list_bytes;
+	uint32_t sq_head;
+	uint32_t cq_tail;
+	uint8_t phase;
+	uint32_t last_db;
+	std::atomic<uint64_t> cmds;
+	void *mem;			// the cudaHostAlloc block
+};
+
+// One fetched command, between fetch and completion.
+struct emu_cmd {
+	uint16_t cid;
+	uint16_t status;
+	uint8_t opcode;
+	bool moving;			// its data is in the batch's copies
+	uint32_t nsid;
+	uint64_t off;			// byte offset in the namespace
+	uint64_t bytes;
+	uint32_t ext_first;
+	uint32_t ext_n;
+	bool direct;			// host is namespace memory: no pread/pwrite
+	char *host;			// namespace memory or bounce buffer;
+					// NULL: file command larger than the bounce
+};
+
+// What one fetch took from one queue, from fetch until its CQEs are posted.
+struct emu_batch {
+	emu_q *q = nullptr;
+	std::vector<emu_cmd> cmds;
+	std::vector<emu_ext> ext;
+	std::vector<void *> dst, src;	// the copies, reads (to the GPU) first
+	std::vector<size_t> len;
+	cudaStream_t stream = nullptr;	// own stream: batches overlap on the CEs
+	cudaEvent_t done = nullptr;
+	char *bounce = nullptr;		// TT_EMU_FILE: EMU_SLOT_BOUNCE bytes
+	bool pending = false;		// done recorded, not yet seen complete
+	uint64_t deadline_ns = 0;	// bandwidth cap: post no earlier
+};
+
+// A controller thread's batches, a FIFO so CQEs go out in fetch order.
+struct emu_worker {
+	emu_batch b[EMU_INFLIGHT];
+	unsigned head = 0, n = 0;
+	unsigned rr = 0;		// queue to look at first next round
+	uint64_t next_poll_ns = 0;
+};
+
+}  // namespace
+
+struct tt_emu {
+	struct tt_emu_params p;
+	std::vector<int> fds;		// TT_EMU_FILE: our copy of p.fds
+	int device;
+	std::vector<emu_q *> qs;
+	std::vector<struct tt_gio_qmem> qmem;
+	char *bar;			// emulated BAR0 (doorbells), host view
+	char *bar_dev;
+	char *ns_mem[TT_EMU_MAX_NS];
+	// TT_EMU_FILE on tmpfs: the file mapped and registered, or NULL;
+	// ns_map_wr: writes go through it too (the fd is open for writing).
+	char *ns_map[TT_EMU_MAX_NS];
+	size_t ns_map_len[TT_EMU_MAX_NS];
+	bool ns_map_wr[TT_EMU_MAX_NS];
+	std::vector<std::thread> threads;
+	std::atomic<bool> stop;
+	std::atomic<int> thread_err;
+	std::atomic<uint64_t> cmds, errors, bytes, sq_wraps, cq_wraps, doorbells;
+	std::atomic<uint64_t> next_free_ns;	// bandwidth cap: token time
+	std::atomic<int> copy;			// enum emu_copy_mode
+	std::vector<emu_worker> workers;	// one per thread, made at open
+};
+
+static uint64_t emu_now_ns()
+{
+	return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
+		       std::chrono::steady_clock::now().time_since_epoch())
+		.count();
+}
+
+static inline void emu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+#endif /* TT_EMU_IMPL_CUH */
