@@ -6,7 +6,9 @@
 // issue/wait_cqe kernels on two streams, layer descriptors (tt_locate on
 // the GPU, two namespaces), a file-backed namespace (and one on tmpfs,
 // pinned in place and with TUTTI_EMU_FILE_MAP=0, read-write and read-only),
-// per-command errors and the bandwidth cap. Without a GPU: exit 77, "no CUDA device".
+// per-command errors, the bandwidth cap, and the hang diagnostics (tt_gio_dump,
+// tt_emu_dump, tt_gio_batch_dump) on an idle controller. Without a GPU: exit 77,
+// "no CUDA device".
 //
 // Build: nvcc -std=c++17 -arch=sm_90 -Ilibtutti/include libtutti/tests/test_gpu_gio.cu
 //        libtutti/src/gpu/{gio_uring,emu_ctrl,domains}.cu -o test_gpu_gio
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <fcntl.h>
@@ -586,6 +589,68 @@ static void throttle(void)
 	cudaFree(buf);
 }
 
+// The hang diagnostics on a live, idle controller: tt_gio_dump() and
+// tt_emu_dump() name every queue, read the emulated doorbells through their
+// host view, and find nothing outstanding once a batch completed.
+static void dumps(void)
+{
+	const uint32_t nq = 3, n = 96, obj = 4096;
+	struct tt_emu_params p = base_params(nq, 64, TT_EMU_HOSTMEM, (uint64_t)n * obj, true);
+	std::vector<tt_gio_iocb> io;
+	struct tt_gio_iocb *d = nullptr;
+	struct tt_gio_batch *b = nullptr;
+	struct gpu_rig r;
+	std::string out;
+	char *buf, line[512];
+	bool all = true;
+	FILE *f;
+
+	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "dumps: open"))
+		return;
+	cudaMalloc(&buf, (uint64_t)n * obj);
+	io = linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0);
+	cudaMalloc(&d, io.size() * sizeof(io[0]));
+	cudaMemcpy(d, io.data(), io.size() * sizeof(io[0]), cudaMemcpyHostToDevice);
+	tap_ok(tt_gio_batch_create(r.gio, n, &b) == 0 && tt_gio_prep_iocbs(b, d, n) == 0 &&
+	       tt_gio_submit_wait(r.gio, b, r.s) == 0 && gpu_sync_or_die(r.s, 30) == 0,
+	       "dumps: %u reads over %u queues done", n, nq);
+	f = std::tmpfile();
+	if (!tap_ok(f != nullptr, "dumps: tmpfile")) {
+		gpu_rig_close(&r);
+		return;
+	}
+	tt_gio_dump(r.gio, f);
+	tt_emu_dump(r.emu, f);
+	tt_gio_batch_dump(b, f);
+	std::rewind(f);
+	while (std::fgets(line, sizeof(line), f))
+		out += line;
+	std::fclose(f);
+	for (uint32_t q = 0; q < nq; q++) {
+		char g[32], e[32];
+
+		std::snprintf(g, sizeof(g), "gio q%u (", q);
+		std::snprintf(e, sizeof(e), "emu q%u (", q);
+		all = all && out.find(g) != std::string::npos && out.find(e) != std::string::npos;
+	}
+	tap_ok(all, "dumps: gio and emu dumps name all %u queues", nq);
+	tap_ok(out.find("did not finish") == std::string::npos &&
+	       out.find("device copy") == std::string::npos, "dumps: the device copy finished");
+	tap_ok(out.find("not host-visible") == std::string::npos && out.find(" sq_db ") !=
+	       std::string::npos, "dumps: emulated doorbells read through their host view");
+	tap_ok(out.find("DIFFERS") == std::string::npos &&
+	       out.find("NOT REAPED") == std::string::npos && out.find("CQ FULL") ==
+	       std::string::npos, "dumps: idle: doorbells match published, nothing unreaped");
+	tap_ok(out.find("all reaped") != std::string::npos && out.find("thread_err 0") !=
+	       std::string::npos, "dumps: batch fully reaped, no controller thread error");
+	if (!all || out.find("did not finish") != std::string::npos)
+		tap_diag("dump:\n%s", out.c_str());
+	tt_gio_batch_destroy(b);
+	cudaFree(d);
+	cudaFree(buf);
+	gpu_rig_close(&r);
+}
+
 int main(void)
 {
 	gpu_require_device();
@@ -603,5 +668,6 @@ int main(void)
 	file_tmpfs_open_time();
 	errors();
 	throttle();
+	dumps();
 	return tap_done();
 }

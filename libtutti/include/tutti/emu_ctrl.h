@@ -151,6 +151,28 @@ void tt_emu_get_stats(const struct tt_emu *c, struct tt_emu_stats *st);
  */
 uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q);
 
+/**
+ * tt_emu_n_streams() - CUDA streams the controller created (its threads'
+ * batches: n_threads * batches in flight per thread)
+ * @c: controller
+ */
+unsigned tt_emu_n_streams(const struct tt_emu *c);
+
+/**
+ * tt_emu_dump() - print the controller's state (for a hang)
+ * @c: controller
+ * @f: where to print
+ *
+ * Per queue: SQ tail doorbell, the controller's SQ head, CQ tail and phase,
+ * CQ head doorbell, commands completed. Per thread: batches in flight
+ * (queue, commands, pending, age, cudaEventQuery of the batch's event)
+ * and, when the controller was opened with TUTTI_GIO_WAIT_TIMEOUT_S,
+ * TUTTI_GIO_DEBUG or TUTTI_EMU_DEBUG set, where the thread is and when it
+ * last moved. Then thread_err and the counters. Reads race with the
+ * threads (a diagnostic); it makes no CUDA call but cudaEventQuery.
+ */
+void tt_emu_dump(const struct tt_emu *c, FILE *f);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,7 @@
 #define TUTTI_GIO_URING_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "layout.h"
 #include "nvme.h"
@@ -246,6 +247,45 @@ const uint16_t *tt_gio_batch_status(const struct tt_gio_batch *b);
 
 /** tt_gio_batch_size() - commands in the prepared batch. */
 uint32_t tt_gio_batch_size(const struct tt_gio_batch *b);
+
+/*
+ * Diagnostics (for a hang: a batch that never completes). They only read
+ * state, racing with the kernels and the controller by design; a host
+ * thread may call them while gio kernels spin.
+ */
+
+/**
+ * tt_gio_dump_prepare() - allocate what tt_gio_dump() needs (pinned memory)
+ *
+ * Optional: the first dump does it otherwise. Call it early (say, when a
+ * wait with a timeout is configured) so a dump during a hang allocates
+ * nothing. Return: 0 or -ENOMEM.
+ */
+int tt_gio_dump_prepare(void);
+
+/**
+ * tt_gio_dump() - print every queue's GPU-side state
+ * @g: handle
+ * @f: where to print
+ *
+ * Copies the device queue array to the host on a new non-blocking stream
+ * and waits at most 2 s for it (polling; says so and returns if the copy
+ * does not finish). Per queue: ticket, published, sq_head, reaped, the
+ * CQ head and phase, the reaper lock, and, where the doorbells and the CQ
+ * are host memory (the emulated controller), the SQ tail and CQ head
+ * doorbell values and the phase tag of the CQE at the head.
+ */
+void tt_gio_dump(struct tt_gio *g, FILE *f);
+
+/**
+ * tt_gio_batch_dump() - print a batch's size, completion target and counter
+ * @b: batch
+ * @f: where to print
+ *
+ * Same device read as tt_gio_dump() (at most 2 s). The batch's kernels are
+ * done once the counter reached the target.
+ */
+void tt_gio_batch_dump(const struct tt_gio_batch *b, FILE *f);
 
 #ifdef __cplusplus
 }

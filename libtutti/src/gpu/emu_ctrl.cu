@@ -163,6 +163,7 @@ static int emu_complete(struct tt_emu *e, emu_worker &w, emu_batch &b)
 		if (now < w.next_poll_ns)
 			return 0;
 		w.next_poll_ns = now + EMU_POLL_NS;
+		emu_at(e, w, EMU_AT_QUERY);
 		r = cudaEventQuery(b.done);
 		if (r == cudaErrorNotReady)
 			return 0;
@@ -175,6 +176,7 @@ static int emu_complete(struct tt_emu *e, emu_worker &w, emu_batch &b)
 	}
 	if (b.deadline_ns && emu_now_ns() < b.deadline_ns)
 		return 0;
+	emu_at(e, w, EMU_AT_POST);	// emu_post() waits for CQ room
 	for (const emu_cmd &c : b.cmds) {
 		if (!emu_post(e, b.q, c.cid, c.status))
 			return -1;
@@ -214,7 +216,7 @@ static int emu_reap(struct tt_emu *e, emu_worker &w)
 // Streams, events and bounce buffers are made in tt_emu_open(): no
 // allocation, no legacy-stream call, nothing that waits for the device,
 // while GPU kernels spin on our completions.
-static void emu_thread(struct tt_emu *e, unsigned id)
+static void emu_thread_run(struct tt_emu *e, unsigned id)
 {
 	emu_worker &w = e->workers[id];
 	std::vector<emu_q *> mine;
@@ -230,6 +232,7 @@ static void emu_thread(struct tt_emu *e, unsigned id)
 	while (!e->stop.load(std::memory_order_relaxed)) {
 		unsigned got = 0;
 
+		emu_at(e, w, EMU_AT_LOOP);
 		// Each queue in turn gets a free batch, starting one further
 		// each round so no queue always comes last.
 		for (size_t k = 0; k < mine.size(); k++) {
@@ -242,6 +245,10 @@ static void emu_thread(struct tt_emu *e, unsigned id)
 				emu_batch &b = w.b[(w.head + w.n) % EMU_INFLIGHT];
 
 				if (emu_fetch(e, q, b)) {
+					if (e->diag) {
+						b.issued_ns = emu_now_ns();
+						emu_at(e, w, EMU_AT_ISSUE);
+					}
 					emu_issue(e, b);
 					w.n++;
 					got++;
@@ -265,6 +272,12 @@ static void emu_thread(struct tt_emu *e, unsigned id)
 			emu_relax();
 		}
 	}
+}
+
+static void emu_thread(struct tt_emu *e, unsigned id)
+{
+	emu_thread_run(e, id);
+	emu_at(e, e->workers[id], EMU_AT_EXITED);
 }
 
 // Whether some file command may go through a bounce buffer.
@@ -452,6 +465,12 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	c->cmds = c->errors = c->bytes = c->sq_wraps = c->cq_wraps = c->doorbells = 0;
 	c->next_free_ns = 0;
 	c->copy.store(copy);
+	{
+		const char *to = std::getenv("TUTTI_GIO_WAIT_TIMEOUT_S");
+
+		c->diag = (to && std::strtod(to, nullptr) > 0) || std::getenv("TUTTI_GIO_DEBUG") ||
+			  std::getenv("TUTTI_EMU_DEBUG");
+	}
 	std::memset(c->ns_mem, 0, sizeof(c->ns_mem));
 	std::memset(c->ns_map, 0, sizeof(c->ns_map));
 	std::memset(c->ns_map_len, 0, sizeof(c->ns_map_len));
@@ -586,4 +605,114 @@ extern "C" void tt_emu_get_stats(const struct tt_emu *c, struct tt_emu_stats *st
 extern "C" uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q)
 {
 	return q < c->qs.size() ? c->qs[q]->cmds.load() : 0;
+}
+
+extern "C" unsigned tt_emu_n_streams(const struct tt_emu *c)
+{
+	return c ? (unsigned)c->workers.size() * EMU_INFLIGHT : 0;
+}
+
+static const char *emu_where_str(int w)
+{
+	switch (w) {
+	case EMU_AT_START: return "starting";
+	case EMU_AT_LOOP: return "polling loop";
+	case EMU_AT_QUERY: return "in cudaEventQuery";
+	case EMU_AT_ISSUE: return "issuing copies (fetch, pread, cudaMemcpy*Async, cudaEventRecord)";
+	case EMU_AT_POST: return "posting CQEs (waits for CQ room)";
+	case EMU_AT_EXITED: return "exited";
+	}
+	return "?";
+}
+
+static const char *emu_query_str(cudaEvent_t ev)
+{
+	cudaError_t r;
+
+	if (!ev)
+		return "no event";
+	r = cudaEventQuery(ev);
+	if (r == cudaSuccess)
+		return "cudaSuccess";
+	if (r == cudaErrorNotReady)
+		return "cudaErrorNotReady";
+	cudaGetLastError();
+	return cudaGetErrorName(r);
+}
+
+// Relaxed loads of fields the threads own (racy by design: a diagnostic).
+template <typename T>
+static T emu_peek(const T &v)
+{
+	return __atomic_load_n(&v, __ATOMIC_RELAXED);
+}
+
+extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
+{
+	static const char *copy_names[] = {"batch", "each", "sync"};
+	uint64_t now = emu_now_ns();
+	struct tt_emu_stats st;
+	int copy;
+
+	if (!c || !f)
+		return;
+	copy = c->copy.load(std::memory_order_relaxed);
+	std::fprintf(f, "emu: %u queues of depth %u, %u threads x %u batches (%u streams), copy "
+		     "%s, backing %d, cap %.2f GB/s, stop %d, diag %s\n", c->p.n_queues, c->p.depth,
+		     c->p.n_threads, EMU_INFLIGHT, tt_emu_n_streams(c),
+		     copy >= 0 && copy <= 2 ? copy_names[copy] : "?", c->p.backing, c->p.rate_gbps,
+		     (int)c->stop.load(std::memory_order_relaxed),
+		     c->diag ? "on" : "off (no thread positions or batch ages)");
+	for (size_t i = 0; i < c->qs.size(); i++) {
+		const emu_q *q = c->qs[i];
+		uint32_t d = q->depth;
+		uint32_t sdb = *q->sq_db, cdb = *q->cq_db;
+		uint32_t sh = emu_peek(q->sq_head), ct = emu_peek(q->cq_tail);
+		uint32_t ph = emu_peek(q->phase), ldb = emu_peek(q->last_db);
+
+		std::fprintf(f, "emu q%zu (qid %u, thread %zu): sq_db %u sq_head %u (unfetched %u) "
+			     "last_db %u | cq_tail %u phase %u cq_db %u (posted, not freed by the GPU "
+			     "%u%s) | cmds %llu\n", i, (unsigned)q->qid, i % c->p.n_threads, sdb, sh,
+			     sdb < d && sh < d ? (sdb + d - sh) % d : 0u, ldb, ct, ph, cdb,
+			     cdb < d && ct < d ? (ct + d - cdb) % d : 0u,
+			     cdb < d && ct < d && (ct + 1) % d == cdb ? ", CQ FULL" : "",
+			     (unsigned long long)q->cmds.load(std::memory_order_relaxed));
+	}
+	for (size_t t = 0; t < c->workers.size(); t++) {
+		const emu_worker &w = c->workers[t];
+		unsigned head = emu_peek(w.head), n = emu_peek(w.n);
+		uint64_t beat = emu_peek(w.beat_ns);
+
+		std::fprintf(f, "emu thread %zu: %u batches in flight (head %u)", t, n, head);
+		if (c->diag)
+			std::fprintf(f, ", %s, got there %.1f ms ago",
+				     emu_where_str(emu_peek(w.where)),
+				     beat && now > beat ? (double)(now - beat) / 1e6 : 0.0);
+		std::fprintf(f, "\n");
+		for (unsigned k = 0; k < EMU_INFLIGHT; k++) {
+			const emu_batch &b = w.b[(head + k) % EMU_INFLIGHT];
+			const emu_q *bq = emu_peek(b.q);
+			uint64_t iss = emu_peek(b.issued_ns), dl = emu_peek(b.deadline_ns);
+
+			if (k >= n)
+				break;
+			std::fprintf(f, "  batch %u: q%d, %zu cmds, pending %d", (head + k) % EMU_INFLIGHT,
+				     bq ? (int)bq->qid - 1 : -1, b.cmds.size(),
+				     (int)emu_peek(b.pending));
+			if (iss && now > iss)
+				std::fprintf(f, ", age %.1f ms", (double)(now - iss) / 1e6);
+			else
+				std::fprintf(f, ", age ?");
+			if (dl > now)
+				std::fprintf(f, ", held by the cap %.1f ms more", (double)(dl - now) / 1e6);
+			std::fprintf(f, ", event %s\n", emu_query_str(b.done));
+		}
+	}
+	tt_emu_get_stats(c, &st);
+	std::fprintf(f, "emu: thread_err %d | cmds %llu errors %llu bytes %llu sq_wraps %llu "
+		     "cq_wraps %llu doorbells %llu\n", c->thread_err.load(),
+		     (unsigned long long)st.cmds, (unsigned long long)st.errors,
+		     (unsigned long long)st.bytes, (unsigned long long)st.sq_wraps,
+		     (unsigned long long)st.cq_wraps, (unsigned long long)st.doorbells);
+	std::fflush(f);
 }

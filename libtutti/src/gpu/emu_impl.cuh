@@ -16,6 +16,9 @@
 
 enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
 
+// Where a controller thread is (tt_emu_dump(); kept only with e->diag).
+enum emu_where { EMU_AT_START, EMU_AT_LOOP, EMU_AT_QUERY, EMU_AT_ISSUE, EMU_AT_POST, EMU_AT_EXITED };
+
 namespace {
 
 struct emu_ext {
@@ -68,6 +71,7 @@ struct emu_batch {
 	char *bounce = nullptr;		// TT_EMU_FILE: EMU_SLOT_BOUNCE bytes
 	bool pending = false;		// done recorded, not yet seen complete
 	uint64_t deadline_ns = 0;	// bandwidth cap: post no earlier
+	uint64_t issued_ns = 0;		// e->diag: when it was fetched
 };
 
 // A controller thread's batches, a FIFO so CQEs go out in fetch order.
@@ -76,6 +80,9 @@ struct emu_worker {
 	unsigned head = 0, n = 0;
 	unsigned rr = 0;		// queue to look at first next round
 	uint64_t next_poll_ns = 0;
+	// e->diag only, read by tt_emu_dump() (__atomic, relaxed):
+	int where = EMU_AT_START;	// enum emu_where
+	uint64_t beat_ns = 0;		// when it last got there
 };
 
 }  // namespace
@@ -101,6 +108,9 @@ struct tt_emu {
 	std::atomic<uint64_t> next_free_ns;	// bandwidth cap: token time
 	std::atomic<int> copy;			// enum emu_copy_mode
 	std::vector<emu_worker> workers;	// one per thread, made at open
+	// TUTTI_GIO_WAIT_TIMEOUT_S, TUTTI_GIO_DEBUG or TUTTI_EMU_DEBUG set at
+	// open: the threads note where they are and batches their age.
+	bool diag;
 };
 
 static uint64_t emu_now_ns()
@@ -108,6 +118,15 @@ static uint64_t emu_now_ns()
 	return (uint64_t)std::chrono::duration_cast<std::chrono::nanoseconds>(
 		       std::chrono::steady_clock::now().time_since_epoch())
 		.count();
+}
+
+// e->diag: note that thread @w is at @where, now.
+static inline void emu_at(const struct tt_emu *e, emu_worker &w, int where)
+{
+	if (e->diag) {
+		__atomic_store_n(&w.where, where, __ATOMIC_RELAXED);
+		__atomic_store_n(&w.beat_ns, emu_now_ns(), __ATOMIC_RELAXED);
+	}
 }
 
 static inline void emu_relax()

@@ -15,13 +15,18 @@
 // lists, batches, events) are pooled, so a steady workload allocates
 // nothing per transaction.
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "tutti/emu_ctrl.h"
+#include "tutti/error.h"
 #include "tutti/gio_path.h"
 #include "tutti/gpu_sum.h"
 
@@ -48,6 +53,7 @@ struct gp_txn {
 	std::vector<cudaEvent_t> ev_io, ev_done;
 	cudaEvent_t ev_begin;		// the lists' upload (h_stage reusable)
 	std::vector<uint8_t> st;
+	unsigned hung;			// timed waits that ran out (never pooled again)
 };
 
 struct tt_gio_path {
@@ -59,6 +65,9 @@ struct tt_gio_path {
 	uint32_t lba_shift;
 	cudaStream_t io, sum;
 	struct gp_txn *pool;
+	// TUTTI_GIO_WAIT_TIMEOUT_S (> 0): waits poll and give up after this
+	// long, dumping the state on stderr; 0: cudaEventSynchronize.
+	double wait_timeout_s;
 };
 
 // Fold a layer's command status into per-block flags and a layer count.
@@ -188,6 +197,7 @@ static int gp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn)
 	if (rc)
 		return rc;
 	t->write = ti->write;
+	t->hung = 0;
 	t->n = ti->n;
 	t->nm = nm;
 	t->moved.clear();
@@ -326,19 +336,161 @@ static int gp_order(void *txn, uint32_t layer, struct CUstream_st *stream)
 	return gp_err(cudaStreamWaitEvent((cudaStream_t)stream, t->ev_done[layer], 0));
 }
 
+// ---- A wait with a timeout (TUTTI_GIO_WAIT_TIMEOUT_S), for the hang hunt --
+
+static const char *gp_query_str(cudaEvent_t ev)
+{
+	cudaError_t r = cudaEventQuery(ev);
+
+	if (r == cudaSuccess)
+		return "cudaSuccess";
+	if (r == cudaErrorNotReady)
+		return "cudaErrorNotReady";
+	cudaGetLastError();
+	return cudaGetErrorName(r);
+}
+
+static const char *gp_stream_str(cudaStream_t s)
+{
+	cudaError_t r = cudaStreamQuery(s);
+
+	if (r == cudaSuccess)
+		return "idle";
+	if (r == cudaErrorNotReady)
+		return "busy";
+	cudaGetLastError();
+	return cudaGetErrorName(r);
+}
+
+static const char *gp_env(const char *name, const char *unset)
+{
+	const char *v = std::getenv(name);
+
+	return v ? v : unset;
+}
+
+// Poll @ev until done or @secs passed. Return: 0, -EIO or -ETIMEDOUT.
+static int gp_poll_event(cudaEvent_t ev, double secs)
+{
+	auto t0 = std::chrono::steady_clock::now();
+	cudaError_t r;
+
+	while ((r = cudaEventQuery(ev)) == cudaErrorNotReady) {
+		std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+
+		if (d.count() > secs)
+			return -ETIMEDOUT;
+		std::this_thread::sleep_for(std::chrono::microseconds(200));
+	}
+	return gp_err(r);
+}
+
+// Everything that tells the hang's suspects apart, on stderr (docs/gpu.md,
+// Known issues: how to run the diagnosis).
+static void gp_hang_report(const struct gp_txn *t, uint32_t layer, const char *where,
+			   double waited)
+{
+	const struct tt_gio_path *p = t->p;
+	FILE *f = stderr;
+	static const char *st_names[] = {"idle", "submitted", "failed"};
+
+	std::fprintf(f, "tutti gio_path: HANG (report %u of this transaction): %s: layer %u of a "
+		     "%s transaction (%u blocks, %u moving) not done after %.1f s\n", t->hung + 1,
+		     where, layer, t->write ? "write" : "read", t->n, t->nm, waited);
+	std::fprintf(f, "gio_path: CUDA_DEVICE_MAX_CONNECTIONS=%s CUDA_MODULE_LOADING=%s | streams: "
+		     "io %s, sum %s | ev_begin %s\n", gp_env("CUDA_DEVICE_MAX_CONNECTIONS", "(unset: 8)"),
+		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"), gp_stream_str(p->io),
+		     gp_stream_str(p->sum), gp_query_str(t->ev_begin));
+	for (uint32_t l = 0; l < t->geo.n_layers; l++) {
+		uint8_t s = t->st[l];
+
+		std::fprintf(f, "gio_path layer %u: %s | ev_io %s | ev_done %s | failed commands "
+			     "(host copy) %u\n", l, s <= GP_FAILED ? st_names[s] : "?",
+			     s == GP_IDLE || t->write || t->nm == 0 ? "(not recorded)" :
+			     gp_query_str(t->ev_io[l]),
+			     s == GP_IDLE ? "(not recorded)" : gp_query_str(t->ev_done[l]),
+			     t->h_lerr[l]);
+	}
+	std::fflush(f);
+	// Host reads first: a device copy that blocks in the runtime (not
+	// just never finishes) must not cost the controller's side.
+	if (p->emu)
+		tt_emu_dump(p->emu, f);
+	else
+		std::fprintf(f, "gio_path: no emulated controller of the path's own to dump\n");
+	tt_gio_dump(p->g, f);
+	for (uint32_t l = 0; l < t->geo.n_layers; l++) {
+		if (t->st[l] == GP_IDLE || !t->nm)
+			continue;
+		std::fprintf(f, "gio_path layer %u", l);
+		tt_gio_batch_dump(t->b[l], f);
+	}
+	std::fprintf(f, "tutti gio_path: end of hang report\n");
+	std::fflush(f);
+}
+
+// Wait for @ev with the timeout; once the transaction hung, later waits get
+// 1 s, and only the first two timeouts dump (the second shows what moved).
+static int gp_timed(struct gp_txn *t, cudaEvent_t ev, uint32_t layer, const char *where)
+{
+	double secs = t->hung ? 1.0 : t->p->wait_timeout_s;
+	int rc = gp_poll_event(ev, secs);
+
+	if (rc != -ETIMEDOUT)
+		return rc;
+	if (t->hung < 2)
+		gp_hang_report(t, layer, where, secs);
+	t->hung++;
+	return tt_seterr(-ETIMEDOUT, "gio path: %s: layer %u not done after %.1f s "
+			 "(TUTTI_GIO_WAIT_TIMEOUT_S; state dumped on stderr)", where, layer, secs);
+}
+
 static int gp_wait(void *txn, uint32_t layer)
 {
 	struct gp_txn *t = (struct gp_txn *)txn;
 
 	if (layer >= t->geo.n_layers || t->st[layer] == GP_IDLE)
 		return -EINVAL;
+	if (t->p->wait_timeout_s > 0) {
+		int rc = gp_timed(t, t->ev_done[layer], layer, "wait");
+
+		if (rc == -ETIMEDOUT)
+			return rc;
+		if (rc || t->st[layer] == GP_FAILED)
+			return -EIO;
+		return t->h_lerr[layer] ? -EIO : 0;
+	}
 	if (gp_err(cudaEventSynchronize(t->ev_done[layer])) || t->st[layer] == GP_FAILED)
 		return -EIO;
 	return t->h_lerr[layer] ? -EIO : 0;
 }
 
+// With a timeout: -ETIMEDOUT at the first event that did not complete in
+// time (gp_timed() reports it).
+static int gp_sync_all_timed(struct gp_txn *t)
+{
+	int rc = gp_timed(t, t->ev_begin, 0, "the lists' upload (begin)");
+
+	if (rc == -ETIMEDOUT)
+		return rc;
+	for (uint32_t l = 0; l < t->geo.n_layers; l++) {
+		int r;
+
+		if (t->st[l] == GP_IDLE)
+			continue;
+		r = gp_timed(t, t->ev_done[l], l, "finish/abort");
+		if (r == -ETIMEDOUT)
+			return r;
+		if (r)
+			rc = -EIO;
+	}
+	return rc;
+}
+
 static int gp_sync_all(struct gp_txn *t)
 {
+	if (t->p->wait_timeout_s > 0)
+		return gp_sync_all_timed(t);
 	int rc = gp_err(cudaEventSynchronize(t->ev_begin));
 
 	for (uint32_t l = 0; l < t->geo.n_layers; l++)
@@ -389,7 +541,12 @@ static void gp_end(void *txn)
 {
 	struct gp_txn *t = (struct gp_txn *)txn;
 
-	gp_sync_all(t);
+	if (gp_sync_all(t) == -ETIMEDOUT) {
+		// Still in flight: its memory must not be reused or freed.
+		std::fprintf(stderr, "tutti gio_path: a hung transaction's state is left "
+			     "allocated (not pooled)\n");
+		return;
+	}
 	t->next = t->p->pool;
 	t->p->pool = t;
 }
@@ -427,10 +584,30 @@ static int gp_preload(cudaStream_t s)
 	return rc;
 }
 
-extern "C" int tt_gio_path_open(struct tt_gio *g, uint32_t nsid_base, uint32_t lba_shift,
-				struct tt_gio_path **out)
+// TUTTI_GIO_DEBUG: the streams this path and its controller made, against
+// the hardware work queues they share (CUDA_DEVICE_MAX_CONNECTIONS).
+static void gp_log_streams(const struct tt_gio_path *p, const struct tt_emu *emu)
+{
+	const char *mc = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+	unsigned ce = emu ? tt_emu_n_streams(emu) : 0, n = 2 + ce;
+	long conn = mc && *mc ? std::strtol(mc, nullptr, 10) : 8;
+
+	std::fprintf(stderr, "tutti gio_path: streams: path 2 (io, sum)%s%u = %u, "
+		     "CUDA_DEVICE_MAX_CONNECTIONS %ld%s: %s; CUDA_MODULE_LOADING=%s; wait timeout "
+		     "%s\n", emu ? " + its emulated controller " : " (no controller of its own) + ",
+		     ce, n, conn, mc ? "" : " (unset, default)",
+		     (long)n > conn ? "streams share hardware queues (false dependencies possible)"
+				    : "one hardware queue each at most",
+		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"),
+		     p->wait_timeout_s > 0 ? "on" : "off (TUTTI_GIO_WAIT_TIMEOUT_S unset)");
+	std::fflush(stderr);
+}
+
+static int gp_open(struct tt_gio *g, uint32_t nsid_base, uint32_t lba_shift,
+		   const struct tt_emu *emu, struct tt_gio_path **out)
 {
 	struct tt_gio_path *p;
+	const char *to = std::getenv("TUTTI_GIO_WAIT_TIMEOUT_S");
 	int rc;
 
 	*out = nullptr;
@@ -442,17 +619,31 @@ extern "C" int tt_gio_path_open(struct tt_gio *g, uint32_t nsid_base, uint32_t l
 	p->g = g;
 	p->nsid_base = nsid_base;
 	p->lba_shift = lba_shift;
+	p->wait_timeout_s = to ? std::strtod(to, nullptr) : 0;
+	if (!(p->wait_timeout_s > 0))
+		p->wait_timeout_s = 0;
 	rc = gp_err(cudaStreamCreateWithFlags(&p->io, cudaStreamNonBlocking));
 	if (!rc)
 		rc = gp_err(cudaStreamCreateWithFlags(&p->sum, cudaStreamNonBlocking));
 	if (!rc)
 		rc = gp_preload(p->io);
+	// A dump during a hang then allocates nothing.
+	if (!rc && p->wait_timeout_s > 0 && tt_gio_dump_prepare())
+		std::fprintf(stderr, "tutti gio_path: no pinned memory for a hang dump\n");
 	if (rc) {
 		tt_gio_path_close(p);
 		return rc;
 	}
+	if (std::getenv("TUTTI_GIO_DEBUG"))
+		gp_log_streams(p, emu);
 	*out = p;
 	return 0;
+}
+
+extern "C" int tt_gio_path_open(struct tt_gio *g, uint32_t nsid_base, uint32_t lba_shift,
+				struct tt_gio_path **out)
+{
+	return gp_open(g, nsid_base, lba_shift, nullptr, out);
 }
 
 extern "C" void tt_gio_path_close(struct tt_gio_path *p)
@@ -531,7 +722,7 @@ extern "C" int tt_gio_path_open_emu(struct tt_store *s, const struct tt_gio_path
 		rc = tt_gio_open(&gp, &g);
 	}
 	if (!rc)
-		rc = tt_gio_path_open(g, 1, lba, &path);
+		rc = gp_open(g, 1, lba, emu, &path);
 	if (rc) {
 		tt_gio_close(g);
 		tt_emu_close(emu);

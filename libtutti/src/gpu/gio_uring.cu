@@ -8,8 +8,12 @@
 // worth) and chunk c goes to queue c % nq, so consecutive commands spread
 // over the queues and a warp rings one doorbell for up to 32 commands.
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -376,4 +380,182 @@ extern "C" const uint16_t *tt_gio_batch_status(const struct tt_gio_batch *b)
 extern "C" uint32_t tt_gio_batch_size(const struct tt_gio_batch *b)
 {
 	return b ? b->n : 0;
+}
+
+// ---- Diagnostics (a hang: a batch that never completes) -------------------
+//
+// Only reads. The device state comes up through one pinned buffer, kept for
+// the life of the process (freeing pinned memory may wait for the device,
+// which a spinning kernel never lets go idle), on a new non-blocking stream,
+// waited for by polling with a 2 s limit: a dump must never be the next
+// thing that hangs. A copy that did not finish leaves the buffer to the
+// copy (a later dump allocates another).
+
+#define GIO_DUMP_BYTES (1024u * sizeof(struct gio_q) + 4096u)
+#define GIO_DUMP_WAIT_S 2.0
+
+static std::mutex gio_dump_mu;
+static char *gio_dump_buf;	// pinned, GIO_DUMP_BYTES
+static cudaStream_t gio_dump_stuck;	// the stream of a copy that did not finish
+
+static int gio_dump_prepare_locked(void)
+{
+	if (gio_dump_buf)
+		return 0;
+	if (cudaHostAlloc((void **)&gio_dump_buf, GIO_DUMP_BYTES, cudaHostAllocDefault) !=
+	    cudaSuccess) {
+		cudaGetLastError();
+		gio_dump_buf = nullptr;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+extern "C" int tt_gio_dump_prepare(void)
+{
+	std::lock_guard<std::mutex> lk(gio_dump_mu);
+
+	return gio_dump_prepare_locked();
+}
+
+// Copy @bytes of device memory at @src into the pinned buffer (lock held).
+// Return: the host copy, or NULL (said why on @f).
+static const void *gio_dump_read(const void *src, size_t bytes, FILE *f)
+{
+	cudaStream_t s = nullptr;
+	cudaError_t e;
+	auto t0 = std::chrono::steady_clock::now();
+
+	if (gio_dump_stuck) {
+		if (cudaStreamQuery(gio_dump_stuck) == cudaErrorNotReady) {
+			std::fprintf(f, "  device copy skipped: an earlier dump's copy has still "
+				     "not finished\n");
+			return nullptr;
+		}
+		cudaGetLastError();
+		cudaStreamDestroy(gio_dump_stuck);
+		gio_dump_stuck = nullptr;
+	}
+	if (bytes > GIO_DUMP_BYTES || gio_dump_prepare_locked()) {
+		std::fprintf(f, "  device copy: no pinned buffer for %zu bytes\n", bytes);
+		return nullptr;
+	}
+	e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+	if (e == cudaSuccess)
+		e = cudaMemcpyAsync(gio_dump_buf, src, bytes, cudaMemcpyDeviceToHost, s);
+	if (e != cudaSuccess) {
+		std::fprintf(f, "  device copy failed to start: %s\n", cudaGetErrorString(e));
+		cudaGetLastError();
+		if (s)
+			cudaStreamDestroy(s);
+		return nullptr;
+	}
+	while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+		std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
+
+		if (d.count() > GIO_DUMP_WAIT_S) {
+			std::fprintf(f, "device copy did not finish in 2 s: the copy engine / "
+				     "runtime is stuck\n");
+			std::fprintf(f, "  (a new stream's copy queued behind a blocked hardware "
+				     "queue looks the same: see CUDA_DEVICE_MAX_CONNECTIONS)\n");
+			gio_dump_buf = nullptr;	// the copy may still land in it
+			gio_dump_stuck = s;
+			return nullptr;
+		}
+		std::this_thread::sleep_for(std::chrono::microseconds(500));
+	}
+	cudaStreamDestroy(s);
+	if (e != cudaSuccess) {
+		std::fprintf(f, "  device copy failed: %s\n", cudaGetErrorString(e));
+		cudaGetLastError();
+		return nullptr;
+	}
+	return gio_dump_buf;
+}
+
+// Host view of a GPU-usable address, if it is host memory (the emulated
+// controller's doorbell page and rings), else NULL (a real BAR, HBM).
+static const volatile void *gio_host_view(const volatile void *p)
+{
+	struct cudaPointerAttributes a;
+
+	if (!p)
+		return nullptr;
+	if (cudaPointerGetAttributes(&a, (const void *)p) != cudaSuccess) {
+		cudaGetLastError();
+		return nullptr;
+	}
+	if (a.type != cudaMemoryTypeHost || !a.hostPointer || !a.devicePointer)
+		return nullptr;
+	// The same offset into the allocation, through its host mapping.
+	return (const volatile char *)a.hostPointer +
+	       ((const char *)(uintptr_t)p - (const char *)a.devicePointer);
+}
+
+extern "C" void tt_gio_dump(struct tt_gio *g, FILE *f)
+{
+	std::lock_guard<std::mutex> lk(gio_dump_mu);
+	std::vector<struct gio_q> q;
+	const void *h;
+
+	if (!g || !f)
+		return;
+	std::fprintf(f, "gio: %u queues, %u submitting warps per queue; copying the device "
+		     "queue state...\n", g->nq, g->warps);
+	std::fflush(f);
+	h = gio_dump_read(g->qs, g->nq * sizeof(struct gio_q), f);
+	if (!h) {
+		std::fflush(f);
+		return;
+	}
+	q.resize(g->nq);
+	std::memcpy(q.data(), h, g->nq * sizeof(struct gio_q));
+	for (unsigned i = 0; i < g->nq; i++) {
+		const struct gio_q *x = &q[i];
+		const volatile uint32_t *sdb = (const volatile uint32_t *)gio_host_view(x->sq_db);
+		const volatile uint32_t *cdb = (const volatile uint32_t *)gio_host_view(x->cq.db);
+		const volatile struct tt_nvme_cqe *ring =
+			(const volatile struct tt_nvme_cqe *)gio_host_view(x->cq.ring);
+
+		std::fprintf(f, "gio q%u (qid %u, depth %u): ticket %llu published %llu sq_head %llu "
+			     "reaped %llu | cq.head %u cq.phase %u reaper_lock %d", i,
+			     (unsigned)x->qid, x->depth, x->ticket, x->published, x->sq_head,
+			     x->reaped, x->cq.head, (unsigned)x->cq.phase, x->reaper_lock);
+		if (sdb)
+			std::fprintf(f, " | sq_db %u (published %% depth %llu%s)", *sdb,
+				     x->depth ? x->published % x->depth : 0ull,
+				     x->depth && *sdb == x->published % x->depth ? "" : ": DIFFERS");
+		else
+			std::fprintf(f, " | sq_db not host-visible");
+		if (cdb)
+			std::fprintf(f, " cq_db %u", *cdb);
+		if (ring && x->cq.head < x->depth) {
+			unsigned ph = ring[x->cq.head].status & TT_NVME_STATUS_PHASE;
+
+			std::fprintf(f, " cqe[head].phase %u%s", ph,
+				     ph == x->cq.phase ? " (NEW ENTRY NOT REAPED)" : "");
+		}
+		std::fprintf(f, "\n");
+	}
+	std::fflush(f);
+}
+
+extern "C" void tt_gio_batch_dump(const struct tt_gio_batch *b, FILE *f)
+{
+	std::lock_guard<std::mutex> lk(gio_dump_mu);
+	const void *h;
+	unsigned done;
+
+	if (!b || !f)
+		return;
+	std::fprintf(f, " batch: %u commands, target %u, ", b->n, b->target);
+	h = gio_dump_read(b->done, sizeof(unsigned), f);
+	if (!h) {
+		std::fflush(f);
+		return;
+	}
+	std::memcpy(&done, h, sizeof(done));
+	std::fprintf(f, "done counter %u (%s)\n", done,
+		     (int)(done - b->target) >= 0 ? "all reaped" : "missing completions");
+	std::fflush(f);
 }
