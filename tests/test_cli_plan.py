@@ -17,11 +17,11 @@ def run(args, expect=0):
     return res
 
 
-def profile_table(path):
+def profile_table(path, **io_extra):
     pts = [{"new_tokens": n, "prefix_tokens": p, "layer_s": 1e-4 + 2e-7 * n + 4e-12 * n * (p + n / 2)}
            for n in (1024, 4096, 16384) for p in (0, 16384, 65536)]
     d = {"version": 1, "device": "NVIDIA H200", "date": "2026-11-29", "model": LLAMA3_8B.to_dict(), "compute": pts,
-         "io": {"read_gbps": 24.0, "write_gbps": 16.0, "n_ssd": 4}}
+         "io": {"read_gbps": 24.0, "write_gbps": 16.0, "n_ssd": 4, **io_extra}}
     path.write_text(json.dumps(d))
     return path
 
@@ -70,6 +70,29 @@ def test_plan_from_profile_uses_its_shape_and_io(tmp_path):
     over = json.loads(run(["plan", "--profile", path, "--tokens", "32K", "--ssd-gbps", "1", "--json"]).output)
     assert over["hardware"]["read_gbps"] == pytest.approx(4.0)
     assert "fit error" in run(["plan", "--profile", path, "--tokens", "32K"]).output
+
+
+def test_plan_shows_the_crossover_band_when_the_profile_measured_io_alone(tmp_path):
+    # I/O measured beside GEMMs (24 GB/s) and alone (2 x faster): the crossover with the faster rate is
+    # what tutti.sched gives for it, and above the one with the slower rate (loads keep up for longer).
+    path = profile_table(tmp_path / "p.json", read_gbps_idle=48.0, write_gbps_idle=40.0)
+    d = json.loads(run(["plan", "--profile", path, "--tokens", "32K,128K", "--json"]).output)
+    prof = ComputeProfile.from_json(str(path))
+    fast = Hardware.per_ssd(12.0, 4, 10.0)
+    assert d["hardware"]["read_gbps_io_alone"] == pytest.approx(48.0)
+    for ln in d["lengths"]:
+        assert ln["crossover_hit_rate_io_alone"] == pytest.approx(
+            crossover_hit_rate(prof.shape, fast, prof, ln["tokens"]))
+        assert ln["crossover_hit_rate_io_alone"] > ln["crossover_hit_rate"]
+    out = run(["plan", "--profile", path, "--tokens", "32K"]).output
+    assert "I/O rate alone" in out and "lies between" in out
+    # No band without the alone rates, or when --ssd-gbps overrides the profile's I/O.
+    plain = json.loads(run(["plan", "--profile", profile_table(tmp_path / "q.json"), "--tokens", "32K",
+                            "--json"]).output)
+    assert "crossover_hit_rate_io_alone" not in plain["lengths"][0]
+    assert plain["hardware"]["read_gbps_io_alone"] is None
+    over = json.loads(run(["plan", "--profile", path, "--tokens", "32K", "--ssd-gbps", "5", "--json"]).output)
+    assert "crossover_hit_rate_io_alone" not in over["lengths"][0]
 
 
 @pytest.mark.parametrize("args,msg", [

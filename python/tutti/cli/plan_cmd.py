@@ -51,7 +51,10 @@ def _pct(v: float | None) -> str:
     return "never" if v is None else f"{v * 100:.1f}%"
 
 
-def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], depth: int) -> list[dict]:
+def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], depth: int,
+                 hw_alone=None) -> list[dict]:
+    """Per length: the predictions with ``hw``; with ``hw_alone`` (the I/O path's rate measured alone)
+    also the crossover that rate gives, the other end of the band the real one falls in."""
     from ..sched import best_load_blocks, crossover_hit_rate, loading_stops_paying, predict  # noqa: PLC0415
 
     out = []
@@ -65,11 +68,31 @@ def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], 
             r.update(best_load_tokens=best.load_tokens, best_ttft_s=best.ttft_s)
             rows.append(r)
         cross = crossover_hit_rate(shape, hw, profile, t)
-        out.append({"tokens": t, "recompute_ttft_s": shape.n_layers * profile.layer_time(t, 0),
-                    "crossover_hit_rate": cross,
-                    "loading_stops_paying_hit_rate": loading_stops_paying(shape, hw, profile, t, depth),
-                    "rows": rows})
+        ln = {"tokens": t, "recompute_ttft_s": shape.n_layers * profile.layer_time(t, 0),
+              "crossover_hit_rate": cross,
+              "loading_stops_paying_hit_rate": loading_stops_paying(shape, hw, profile, t, depth),
+              "rows": rows}
+        if hw_alone is not None:
+            ln["crossover_hit_rate_io_alone"] = crossover_hit_rate(shape, hw_alone, profile, t)
+        out.append(ln)
     return out
+
+
+def io_alone_hardware(io: dict, n_ssd: int, pcie_gbps):
+    """The profile's I/O rates measured with the GPU otherwise idle, as Hardware, or None if it has none.
+
+    `tutti-admin profile` measures the store's I/O twice: beside GEMMs that fill the GPU (what the plan
+    uses: a pessimistic input, the I/O kernels fight the GEMMs for SMs) and alone. On the H200 the loads
+    inside a real prefill ran at the rate measured alone (docs/prefill.md), so the truth lies between.
+    """
+    from ..sched import Hardware  # noqa: PLC0415
+
+    r, w = io.get("read_gbps_idle"), io.get("write_gbps_idle")
+    if not isinstance(r, (int, float)) or isinstance(r, bool) or r <= 0:
+        return None
+    w = w if isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 else io["write_gbps"]
+    n = io.get("n_ssd") or n_ssd
+    return Hardware.per_ssd(r / n, n_ssd, w / n, pcie_gbps)
 
 
 @main.command("plan", epilog=EXIT_CODES)
@@ -130,6 +153,7 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
             raise CliError(f"unknown model {model_name!r}: one of {', '.join(PRESETS)} (or --profile)", EXIT_USAGE)
         profile = ComputeProfile.analytic(shape, tflops * mfu, hbm_gbps)
     io = profile.io or {}
+    rates_from_profile = ssd_gbps is None and bool(io)
     if ssd_gbps is None:
         ssd_gbps = io["read_gbps"] / io["n_ssd"] if io else 7.0
     if ssd_write_gbps is None:
@@ -137,13 +161,15 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
     if n_ssd is None:
         n_ssd = io.get("n_ssd", 4)
     hw = Hardware.per_ssd(ssd_gbps, n_ssd, ssd_write_gbps, pcie_gbps)
+    hw_alone = io_alone_hardware(io, n_ssd, pcie_gbps) if rates_from_profile else None
 
-    lengths = plan_lengths(shape, hw, profile, tokens, rates, prefetch_depth)
+    lengths = plan_lengths(shape, hw, profile, tokens, rates, prefetch_depth, hw_alone)
     if as_json:
         _emit_json({"model": {**shape.to_dict(), "name": shape.name},
                     "hardware": {"read_gbps": hw.read_gbps, "write_gbps": hw.write_gbps, "n_ssd": hw.n_ssd,
                                  "pcie_gbps": hw.pcie_gbps, "effective_read_gbps": hw.read_bps / 1e9,
-                                 "effective_write_gbps": hw.write_bps / 1e9},
+                                 "effective_write_gbps": hw.write_bps / 1e9,
+                                 "read_gbps_io_alone": hw_alone.read_gbps if hw_alone else None},
                     "compute": profile.describe(), "prefetch_depth": prefetch_depth, "lengths": lengths})
         return
     print_plan(shape, hw, profile, lengths, prefetch_depth)
@@ -184,11 +210,18 @@ def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
                       deferred, end_section=i == len(ln["rows"]) - 1)
     con.print(t)
     s = Table(title="Per length")
-    for col in ("tokens", "recompute (ms)", "crossover hit rate", "loading stops paying at"):
+    band = any("crossover_hit_rate_io_alone" in ln for ln in lengths)
+    cols = ["tokens", "recompute (ms)", "crossover hit rate"]
+    cols += ["crossover, I/O rate alone"] if band else []
+    for col in cols + ["loading stops paying at"]:
         s.add_column(col, justify="right")
     for ln in lengths:
-        s.add_row(str(ln["tokens"]), _ms(ln["recompute_ttft_s"]), _pct(ln["crossover_hit_rate"]),
+        extra = [_pct(ln.get("crossover_hit_rate_io_alone"))] if band else []
+        s.add_row(str(ln["tokens"]), _ms(ln["recompute_ttft_s"]), _pct(ln["crossover_hit_rate"]), *extra,
                   _pct(ln["loading_stops_paying_hit_rate"]))
     con.print(s)
+    if band:
+        con.print("the profile measured the store's I/O beside GEMMs (used above) and alone; the real crossover "
+                  "lies between the two columns (on the H200 the loads inside a prefill ran at the rate alone)")
     con.print("bubble = TTFT - compute (includes the first layer's load); best load: load only that much of the "
               "prompt, recompute the rest of the hit; crossover: above it a layer's load outlasts its compute")
