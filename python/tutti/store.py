@@ -5,9 +5,9 @@ A store keeps KV blocks on 1..16 files or block devices.  Keys are hashed to
 names a block the same way finds the same slot.
 """
 import errno
-import os
 import uuid as _uuid
 
+from . import _cstore
 from ._tutti import ffi, lib
 from .errors import check
 from .memory import PagedBuffer
@@ -21,29 +21,12 @@ def key_from_bytes(key) -> bytes:
 
     Every key is hashed, a 16-byte one too, so one name always maps to one key.
     """
-    data = _key_source(key)
-    out = ffi.new("uint8_t[]", _KEY)
-    lib.tt_key_from_bytes(data, len(data), out)
-    return bytes(ffi.buffer(out))
-
-
-def _key_source(key):
-    if isinstance(key, str):
-        return ffi.from_buffer(key.encode())
-    try:
-        return ffi.from_buffer(key)
-    except TypeError:
-        raise TypeError(f"key must be str or bytes-like, not {type(key).__name__}") from None
+    return _cstore.key_from_bytes(ffi, lib, _KEY, key)
 
 
 def _keys(keys):
     """Hash ``keys`` into one C array of back-to-back 16-byte keys."""
-    keys = list(keys)
-    arr = ffi.new("uint8_t[]", max(len(keys), 1) * _KEY)
-    for i, key in enumerate(keys):
-        data = _key_source(key)
-        lib.tt_key_from_bytes(data, len(data), arr + i * _KEY)
-    return arr, len(keys)
+    return _cstore.keys_array(ffi, lib, _KEY, keys)
 
 
 def _slots(slots):
@@ -55,42 +38,18 @@ def _slots(slots):
 
 
 def _member_paths(paths):
-    """Member paths as str (a single path is a one-member store) and as a C array.
-
-    The C array borrows the strings in the returned keep-alive list.
-    """
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        paths = [paths]
-    paths = [os.fsdecode(p) for p in paths]
-    if not paths:
-        raise ValueError("a store needs at least one member path")
-    keep = [ffi.new("char[]", os.fsencode(p)) for p in paths]
-    return paths, ffi.new("const char *[]", keep), keep
+    return _cstore.member_paths(ffi, paths)
 
 
 def _fp_to_c(fp: Fingerprint, out):
-    model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
-    if len(model_id) >= lib.TT_MODEL_ID_LEN:
-        raise ValueError(f"model_id longer than {lib.TT_MODEL_ID_LEN - 1} bytes: {fp.model_id!r}")
-    if len(dtype) >= lib.TT_DTYPE_LEN:
-        raise ValueError(f"dtype longer than {lib.TT_DTYPE_LEN - 1} bytes: {fp.dtype!r}")
-    out.model_id = model_id
-    out.dtype = dtype
-    for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
-        setattr(out, name, getattr(fp, name))
+    _cstore.fp_to_c(fp, out, lib.TT_MODEL_ID_LEN, lib.TT_DTYPE_LEN)
 
 
 def _fp_from_c(c) -> Fingerprint:
-    return Fingerprint(model_id=ffi.string(c.model_id).decode(errors="replace"),
-                       dtype=ffi.string(c.dtype).decode(errors="replace"),
-                       n_layers=c.n_layers, kv_heads=c.kv_heads, head_dim=c.head_dim,
-                       block_size=c.block_size, tp_rank=c.tp_rank, tp_size=c.tp_size)
+    return _cstore.fp_from_c(ffi, c)
 
 
-def _geometry(g) -> Geometry:
-    return Geometry(n_layers=g.n_layers, n_spans=g.n_spans, span_bytes=g.span_bytes,
-                    obj_stride=g.obj_stride, n_members=g.n_members, stripe_objs=g.stripe_objs,
-                    n_slots=g.n_slots, data_off=g.data_off)
+_geometry = _cstore.geometry_from_c
 
 
 def _struct_dict(c, fields) -> dict:

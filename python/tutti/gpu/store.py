@@ -38,6 +38,7 @@ import errno
 import os
 import uuid as _uuid
 
+from .. import _cstore
 from ..model import Fingerprint, Geometry
 from ._ffi import (TT_DTYPE_LEN, TT_FORMAT_FORCE, TT_KEY_BYTES, TT_MODEL_ID_LEN, TT_OPEN_NO_VERIFY, TT_OPEN_RDONLY,
                    TT_OPEN_SHARED, ffi, lib)
@@ -87,29 +88,11 @@ def _check(rc: int, what: str, cls=None) -> int:
 
 def key_from_bytes(key) -> bytes:
     """The 16-byte store key of ``key`` (str as UTF-8, or bytes-like): tutti.key_from_bytes, same hash."""
-    data = _key_source(key)
-    out = ffi.new("uint8_t[]", TT_KEY_BYTES)
-    lib().tt_key_from_bytes(data, len(data), out)
-    return bytes(ffi.buffer(out))
-
-
-def _key_source(key):
-    if isinstance(key, str):
-        key = key.encode()
-    try:
-        return ffi.from_buffer(key)
-    except TypeError:
-        raise TypeError(f"key must be str or bytes-like, not {type(key).__name__}") from None
+    return _cstore.key_from_bytes(ffi, lib(), TT_KEY_BYTES, key)
 
 
 def _keys(keys):
-    keys = list(keys)
-    arr = ffi.new("uint8_t[]", max(len(keys), 1) * TT_KEY_BYTES)
-    L = lib()
-    for i, key in enumerate(keys):
-        data = _key_source(key)
-        L.tt_key_from_bytes(data, len(data), arr + i * TT_KEY_BYTES)
-    return arr, len(keys)
+    return _cstore.keys_array(ffi, lib(), TT_KEY_BYTES, keys)
 
 
 def _int_list(xs, what: str) -> list:
@@ -123,36 +106,18 @@ def _int_list(xs, what: str) -> list:
 
 
 def _member_paths(paths):
-    if isinstance(paths, (str, bytes, os.PathLike)):
-        paths = [paths]
-    paths = [os.fsdecode(p) for p in paths]
-    if not paths:
-        raise ValueError("a store needs at least one member path")
-    keep = [ffi.new("char[]", os.fsencode(p)) for p in paths]
-    return paths, ffi.new("const char *[]", keep), keep
+    return _cstore.member_paths(ffi, paths)
 
 
 def _fp_to_c(fp: Fingerprint, out) -> None:
-    model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
-    if len(model_id) >= TT_MODEL_ID_LEN:
-        raise ValueError(f"model_id longer than {TT_MODEL_ID_LEN - 1} bytes: {fp.model_id!r}")
-    if len(dtype) >= TT_DTYPE_LEN:
-        raise ValueError(f"dtype longer than {TT_DTYPE_LEN - 1} bytes: {fp.dtype!r}")
-    out.model_id, out.dtype = model_id, dtype
-    for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
-        setattr(out, name, getattr(fp, name))
+    _cstore.fp_to_c(fp, out, TT_MODEL_ID_LEN, TT_DTYPE_LEN)
 
 
 def _fp_from_c(c) -> Fingerprint:
-    return Fingerprint(model_id=ffi.string(c.model_id).decode(errors="replace"),
-                       dtype=ffi.string(c.dtype).decode(errors="replace"), n_layers=c.n_layers,
-                       kv_heads=c.kv_heads, head_dim=c.head_dim, block_size=c.block_size,
-                       tp_rank=c.tp_rank, tp_size=c.tp_size)
+    return _cstore.fp_from_c(ffi, c)
 
 
-def _geometry(g) -> Geometry:
-    return Geometry(n_layers=g.n_layers, n_spans=g.n_spans, span_bytes=g.span_bytes, obj_stride=g.obj_stride,
-                    n_members=g.n_members, stripe_objs=g.stripe_objs, n_slots=g.n_slots, data_off=g.data_off)
+_geometry = _cstore.geometry_from_c
 
 
 def _torch():
