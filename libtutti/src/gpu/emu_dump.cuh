@@ -6,6 +6,8 @@
 #ifndef TT_EMU_DUMP_CUH
 #define TT_EMU_DUMP_CUH
 
+#include "cuda_query.cuh"
+
 static const char *emu_where_str(int w)
 {
 	switch (w) {
@@ -21,17 +23,9 @@ static const char *emu_where_str(int w)
 
 static const char *emu_query_str(cudaEvent_t ev)
 {
-	cudaError_t r;
-
 	if (!ev)
 		return "no event";
-	r = cudaEventQuery(ev);
-	if (r == cudaSuccess)
-		return "cudaSuccess";
-	if (r == cudaErrorNotReady)
-		return "cudaErrorNotReady";
-	cudaGetLastError();
-	return cudaGetErrorName(r);
+	return tt_cuda_query_name(cudaEventQuery(ev), "cudaSuccess", "cudaErrorNotReady");
 }
 
 // Relaxed loads of fields the threads own (racy by design: a diagnostic).

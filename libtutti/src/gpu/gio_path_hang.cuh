@@ -6,28 +6,16 @@
 #ifndef TT_GIO_PATH_HANG_CUH
 #define TT_GIO_PATH_HANG_CUH
 
+#include "cuda_query.cuh"
+
 static const char *gp_query_str(cudaEvent_t ev)
 {
-	cudaError_t r = cudaEventQuery(ev);
-
-	if (r == cudaSuccess)
-		return "cudaSuccess";
-	if (r == cudaErrorNotReady)
-		return "cudaErrorNotReady";
-	cudaGetLastError();
-	return cudaGetErrorName(r);
+	return tt_cuda_query_name(cudaEventQuery(ev), "cudaSuccess", "cudaErrorNotReady");
 }
 
 static const char *gp_stream_str(cudaStream_t s)
 {
-	cudaError_t r = cudaStreamQuery(s);
-
-	if (r == cudaSuccess)
-		return "idle";
-	if (r == cudaErrorNotReady)
-		return "busy";
-	cudaGetLastError();
-	return cudaGetErrorName(r);
+	return tt_cuda_query_name(cudaStreamQuery(s), "idle", "busy");
 }
 
 static const char *gp_env(const char *name, const char *unset)
