@@ -188,7 +188,13 @@ if [ -z "$exit_line" ]; then
 		log "$KVER/$TAG: QEMU failed to start (exit $qrc): $(tail -5 "$LOGD/$TAG.qemu.log")"
 		exit 126
 	fi
-	log "$KVER/$TAG: QEMU exited ($qrc) after ${secs}s without HIL-EXIT: guest panic or init failure; last console lines:"
+	log "$KVER/$TAG: QEMU exited ($qrc) after ${secs}s without HIL-EXIT: guest panic or init failure"
+	# The first oops says what went wrong; the tail only that the kernel stopped.
+	if grep -qaE 'BUG: |Oops: |general protection fault' "$CONSOLE"; then
+		log "first oops in the console log:"
+		grep -aE -m1 -A24 'BUG: |Oops: |general protection fault' "$CONSOLE" | sed 's/^/    /' >&2
+	fi
+	log "last console lines:"
 	tail -15 "$CONSOLE" | sed 's/^/    /' >&2
 	exit 125
 fi
