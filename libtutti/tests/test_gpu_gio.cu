@@ -251,6 +251,68 @@ static void issue_then_wait(void)
 	cudaFree(d);
 }
 
+__global__ void spin_kernel(long long cycles)
+{
+	long long t0 = clock64();
+
+	while (clock64() - t0 < cycles)
+		;
+}
+
+// A framework's compute keeps the legacy default stream busy while a batch
+// is made and run: the batch must neither wait for that compute nor be
+// reset by set-up work queued behind it (tt_gio_batch_create once zeroed
+// its completion counter there: the counter went back to 0 after the first
+// run, and the second run spun forever).
+static void busy_default_stream(void)
+{
+	const uint32_t n = 256, obj = 4096;
+	uint64_t bytes = (uint64_t)n * obj;
+	struct tt_emu_params p = base_params(4, 64, TT_EMU_HOSTMEM, bytes, true);
+	struct tt_gio_batch *b = nullptr;
+	struct tt_gio_iocb *d = nullptr;
+	struct gpu_rig r;
+	uint32_t n_err = ~0u;
+	int khz = 0, i;
+	char *src, *dst;
+
+	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "busy stream 0: open"))
+		return;
+	cudaMalloc(&src, bytes);
+	cudaMalloc(&dst, bytes);
+	cudaMalloc(&d, n * sizeof(*d));
+	gpu_fill(src, bytes, 11);
+	cudaMemsetAsync(dst, 0, bytes, r.s);
+	cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+	spin_kernel<<<1, 1>>>((long long)khz * 1000 * 3);	// about 3 s on stream 0
+	tap_ok(tt_gio_batch_create(r.gio, n, &b) == 0, "busy stream 0: batch made");
+	for (i = 0; i < 2; i++) {
+		std::vector<tt_gio_iocb> io = linear_iocbs(i ? dst : src, n, obj,
+			i ? TT_NVME_CMD_READ : TT_NVME_CMD_WRITE, 0);
+
+		cudaMemcpyAsync(d, io.data(), n * sizeof(*d), cudaMemcpyHostToDevice, r.s);
+		tt_gio_prep_iocbs(b, d, n);
+		tap_ok(tt_gio_submit_wait(r.gio, b, r.s) == 0, "busy stream 0: run %d launched", i);
+		gpu_sync_or_die(r.s, 20);
+		tap_ok(cudaStreamQuery(0) == cudaErrorNotReady,
+		       "busy stream 0: run %d done while stream 0 still computes", i);
+		// Stream 0 drains; the next run must still complete (the counter
+		// was not reset under it).
+		if (i == 0)
+			cudaStreamSynchronize(0);
+		if (i == 0)
+			spin_kernel<<<1, 1>>>((long long)khz * 1000 * 3);
+	}
+	cudaStreamSynchronize(0);
+	tap_eq(tt_gio_batch_result(b, &n_err, nullptr), 0, "busy stream 0: %u failed", n_err);
+	tap_ok(dev_equal(dst, src, bytes), "busy stream 0: round trip bit-exact");
+	tt_gio_batch_destroy(b);
+	gpu_rig_close(&r);
+	cudaFree(src);
+	cudaFree(dst);
+	cudaFree(d);
+}
+
 // Layer descriptors: 4 layers x K/V of 8 KiB, striped over 2 namespaces.
 static void layers(void)
 {
@@ -661,6 +723,7 @@ int main(void)
 	multi_segment(true);
 	multi_segment(false);
 	issue_then_wait();
+	busy_default_stream();
 	layers();
 	file_backed();
 	file_tmpfs("1");

@@ -686,7 +686,9 @@ int fp_collect(void *txn, int32_t *status, uint64_t *sums)
 	for (uint32_t l = 0; l < t->geo.n_layers; l++)
 		if (t->layers[l].submitted)
 			fp_wait(t, l);
-	if (t->n && cudaMemcpy(h.data(), t->d_sums, h.size() * 8, cudaMemcpyDeviceToHost))
+	// On ctl, not the legacy stream, which would wait for the caller's compute.
+	if (t->n && (cudaMemcpyAsync(h.data(), t->d_sums, h.size() * 8, cudaMemcpyDeviceToHost,
+				     t->fp->ctl) || cudaStreamSynchronize(t->fp->ctl)))
 		return tt_seterr(-EIO, "%s path: reading the checksums back failed", t->fp->be->name);
 	for (unsigned i = 0; i < t->n; i++) {
 		status[i] = __atomic_load_n(&t->status[i], __ATOMIC_RELAXED);

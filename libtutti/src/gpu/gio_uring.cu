@@ -28,6 +28,12 @@ struct tt_gio {
 	struct tt_nvme_xfer_caps caps;
 	uint32_t lba_shift;
 	std::vector<void *> allocs;	// device allocations to free
+	// Set-up copies and zeroing, never on the legacy default stream: work
+	// there runs whenever the caller's queued work (a framework's compute
+	// on stream 0) lets it, unordered against the I/O streams, and a
+	// counter zeroed late resets under a running batch, which then spins
+	// forever.
+	cudaStream_t ctl;
 };
 
 struct tt_gio_batch {
@@ -115,7 +121,7 @@ static int gio_dalloc(struct tt_gio *g, T **p, size_t n)
 		return gio_cuda_err(e);
 	g->allocs.push_back(v);
 	*p = (T *)v;
-	return cudaMemset(v, 0, n * sizeof(T)) == cudaSuccess ? 0 : -EIO;
+	return gio_cuda_err(cudaMemsetAsync(v, 0, n * sizeof(T), g->ctl));
 }
 
 // Load every kernel now. With CUDA's lazy module loading (the default) the
@@ -137,8 +143,12 @@ extern "C" void tt_gio_close(struct tt_gio *g)
 {
 	if (!g)
 		return;
+	if (g->ctl)
+		cudaStreamSynchronize(g->ctl);
 	for (void *p : g->allocs)
 		cudaFree(p);
+	if (g->ctl)
+		cudaStreamDestroy(g->ctl);
 	delete g;
 }
 
@@ -163,6 +173,12 @@ extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
 	if (g->warps > 31) {
 		tt_gio_close(g);
 		return -EINVAL;
+	}
+	if (cudaStreamCreateWithFlags(&g->ctl, cudaStreamNonBlocking) != cudaSuccess) {
+		cudaGetLastError();
+		g->ctl = nullptr;
+		tt_gio_close(g);
+		return -EIO;
 	}
 	hq.resize(g->nq);
 	for (i = 0; i < g->nq && !rc; i++) {
@@ -199,8 +215,11 @@ extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
 				bus[c] = m->list_bus + c * m->chunk_bytes;
 			rc = gio_dalloc(g, &dbus, nc);
 			if (!rc)
-				rc = gio_cuda_err(cudaMemcpy(dbus, bus.data(), nc * 8,
-							     cudaMemcpyHostToDevice));
+				rc = gio_cuda_err(cudaMemcpyAsync(dbus, bus.data(), nc * 8,
+								  cudaMemcpyHostToDevice, g->ctl));
+			// bus is pageable and goes out of scope
+			if (!rc)
+				rc = gio_cuda_err(cudaStreamSynchronize(g->ctl));
 			q->list_bus = dbus;
 		}
 		if (m->depth > g->max_depth)
@@ -211,8 +230,10 @@ extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
 	if (!rc)
 		rc = gio_dalloc(g, &g->qs, g->nq);
 	if (!rc)
-		rc = gio_cuda_err(cudaMemcpy(g->qs, hq.data(), g->nq * sizeof(hq[0]),
-					     cudaMemcpyHostToDevice));
+		rc = gio_cuda_err(cudaMemcpyAsync(g->qs, hq.data(), g->nq * sizeof(hq[0]),
+						  cudaMemcpyHostToDevice, g->ctl));
+	if (!rc)
+		rc = gio_cuda_err(cudaStreamSynchronize(g->ctl));
 	if (rc) {
 		tt_gio_close(g);
 		return rc;
@@ -238,8 +259,12 @@ extern "C" int tt_gio_batch_create(struct tt_gio *g, uint32_t max_cmds,
 		delete b;
 		return -ENOMEM;
 	}
+	// Zeroed before any kernel can see the batch (see tt_gio.ctl).
 	if (cudaMalloc(&b->done, sizeof(unsigned)) != cudaSuccess ||
-	    cudaMemset(b->done, 0, sizeof(unsigned)) != cudaSuccess) {
+	    cudaMemsetAsync(b->done, 0, sizeof(unsigned), g->ctl) != cudaSuccess ||
+	    cudaStreamSynchronize(g->ctl) != cudaSuccess) {
+		cudaGetLastError();
+		cudaFree(b->done);
 		cudaFree(b->status);
 		delete b;
 		return -ENOMEM;
@@ -362,8 +387,9 @@ extern "C" int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
 		s = st.data();
 	}
 	if (cudaDeviceSynchronize() != cudaSuccess ||
-	    cudaMemcpy(s, b->status, b->n * sizeof(uint16_t),
-		       cudaMemcpyDeviceToHost) != cudaSuccess)
+	    cudaMemcpyAsync(s, b->status, b->n * sizeof(uint16_t), cudaMemcpyDeviceToHost,
+			    b->g->ctl) != cudaSuccess ||
+	    cudaStreamSynchronize(b->g->ctl) != cudaSuccess)
 		return -EIO;
 	for (i = 0; i < b->n; i++)
 		bad += s[i] != 0;

@@ -103,8 +103,8 @@ __global__ void gpu_fill_kernel(uint32_t *p, uint64_t n, uint32_t seed)
 
 static inline void gpu_fill(void *p, uint64_t bytes, uint32_t seed)
 {
-	gpu_fill_kernel<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed);
-	cudaDeviceSynchronize();
+	gpu_fill_kernel<<<1024, 256, 0, cudaStreamPerThread>>>((uint32_t *)p, bytes / 4, seed);
+	cudaStreamSynchronize(cudaStreamPerThread);
 }
 
 #endif /* TUTTI_GPU_RIG_CUH */

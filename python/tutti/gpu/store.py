@@ -268,9 +268,12 @@ class DeviceTxn:
     def layer(self, layer: int, *, ready="current") -> None:
         """Submit ``layer`` of every block.
 
-        Writes: the path's streams do not wait for the caller's, so the memory must hold its final bytes
-        now.  ``ready``: "current" (default) synchronises the device's current torch stream first; a torch
-        Event or Stream is synchronised; None: the caller vouches.  Reads ignore it.
+        The path's streams do not wait for the caller's.  Writes: the memory must hold its final bytes
+        now, so ``ready`` is honoured before every layer.  Reads: the blocks' memory must be free of the
+        caller's queued work (an attention still reading the old contents), so ``ready`` is honoured once,
+        before the transaction's first layer; later layers only queue (the overlap with compute).
+        ``ready``: "current" (default) synchronises the device's current torch stream; a torch Event or
+        Stream is synchronised; None: the caller vouches.
         """
         h = self._handle()
         if not 0 <= layer < self.kv.n_layers:
@@ -278,7 +281,8 @@ class DeviceTxn:
         if layer in self.submitted:
             raise ValueError(f"layer {layer} already submitted")
         with self._store._on_device():
-            if self.write and ready is not None and self._store.device is not None:
+            first = not self.submitted
+            if (self.write or first) and ready is not None and self._store.device is not None:
                 if ready == "current":
                     self._store._torch.cuda.current_stream().synchronize()
                 else:
