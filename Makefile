@@ -98,7 +98,13 @@ vllm:
 pytest: venv
 	$(VENV)/bin/python -m pytest -q tests
 
+# gpu-test builds build/gpu/libtutti_gpu.so (nvcc): pytest uses it for GpuStore's host-memory
+# path, so the vLLM worker's GPU-memory code runs here too, without a GPU.
+TEST_GPU_LIB := $(abspath build/gpu/libtutti_gpu.so)
+
 test: deps lib ctest cuda-check gpu-test venv vllm
+	@if [ -z "$$TUTTI_GPU_LIB" ] && [ -f $(TEST_GPU_LIB) ]; then export TUTTI_GPU_LIB=$(TEST_GPU_LIB); fi; \
+	echo "pytest: TUTTI_GPU_LIB=$${TUTTI_GPU_LIB:-(none: GpuStore tests skip)}"; \
 	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 

@@ -143,3 +143,45 @@ def test_store_of_another_model_is_refused(vtmp, model, warm_store, prompts):
                    extra={"model_id": "some/other-model"})
     assert "made for another model" in e.value.log
     assert "some/other-model" in e.value.log
+
+
+def test_gpu_memory_worker_path_in_vllm(vtmp, model, warm_store, baseline, prompts, block):
+    """The worker's GPU-memory code (tutti.gpu.GpuStore, DeviceKV, per-layer marks) inside real
+    vLLM, moving bytes with its C reference path over CPU tensors (data_path "host"): it loads a
+    store the CPU path wrote, and what it stores the CPU path loads, outputs identical throughout.
+    (On a GPU the same code runs with the staged/gds/gio paths: tests/test_gpu_store_py.py.)"""
+    try:
+        from tutti.gpu._ffi import lib
+        lib()
+    except ImportError as e:
+        pytest.skip(f"libtutti_gpu.so not loadable (make gpu-lib; TUTTI_GPU_LIB): {e}")
+    path, _ = warm_store
+    d = os.path.join(vtmp, "gpu-path")
+    os.makedirs(d, exist_ok=True)
+    copy = os.path.join(d, "warm.img")
+    shutil.copy(path, copy)
+    warm = run_engine(vtmp, "gpu-path-warm", model=model, prompts=prompts, store=copy,
+                      extra={"data_path": "host"})
+    assert warm["outputs"] == baseline
+    work = worker_stats(warm)
+    assert work["load_blocks"] * block >= len(prompts[0]) - block
+    assert work.get("load_errors", 0) == 0 and work.get("corrupt_blocks", 0) == 0
+
+    fresh = os.path.join(d, "fresh.img")
+    cold = run_engine(vtmp, "gpu-path-cold", model=model, prompts=prompts, store=fresh,
+                      extra={"data_path": "host", "capacity": "32MiB"})
+    assert cold["outputs"] == baseline
+    n_committed, _ = _committed(fresh)
+    assert n_committed >= len(prompts[0]) // block
+    assert worker_stats(cold)["save_blocks"] == n_committed
+    back = run_engine(vtmp, "gpu-path-back", model=model, prompts=prompts, store=fresh)
+    assert back["outputs"] == baseline
+    assert worker_stats(back)["load_blocks"] * block >= len(prompts[0]) - block
+    assert worker_stats(back).get("corrupt_blocks", 0) == 0
+
+
+def test_data_path_for_the_wrong_memory_is_refused(vtmp, model, prompts):
+    """A GPU data path for vLLM's CPU KV cache stops the engine with a reason, before serving."""
+    with pytest.raises(EngineFailed, match="data_path 'staged' moves blocks into GPU memory"):
+        run_engine(vtmp, "wrong-path", model=model, prompts=prompts,
+                   store=os.path.join(vtmp, "wrong-path", "kv.img"), extra={"data_path": "staged"})

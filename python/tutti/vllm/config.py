@@ -53,6 +53,7 @@ class TuttiConfig:
     capacity: int = 4 << 30                   # bytes of KV data, when the store is created
     create: bool = True                       # format a missing store
     engine: str = "auto"                      # libtutti I/O engine: auto, uring, psync
+    data_path: str = "auto"                   # auto, cpu, staged, gds, gio, host (datapath.py)
     verify: bool = True                       # checksum every loaded block
     model_id: str = ""                        # default: the model's name or path
     load_failure_policy: str = "recompute"    # what vLLM does with a block that failed to load
@@ -61,7 +62,7 @@ class TuttiConfig:
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
 
-    KEYS = ("path", "capacity", "create", "engine", "verify", "model_id", "load_failure_policy",
+    KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
             "lookahead_layers", "write_policy", "save", "load")
 
     @classmethod
@@ -87,6 +88,13 @@ class TuttiConfig:
             if extra["engine"] not in ("auto", "uring", "psync"):
                 raise ConfigError(f"engine: expected auto, uring or psync, got {extra['engine']!r}")
             c.engine = extra["engine"]
+        if "data_path" in extra:
+            from .datapath import DATA_PATHS
+            if extra["data_path"] not in DATA_PATHS:
+                raise ConfigError(f"data_path: expected one of {', '.join(DATA_PATHS)} (auto: cpu for a "
+                                  "KV cache in host memory, staged for one on a GPU), got "
+                                  f"{extra['data_path']!r}")
+            c.data_path = extra["data_path"]
         if "model_id" in extra:
             if not isinstance(extra["model_id"], str) or not extra["model_id"]:
                 raise ConfigError(f"model_id: expected a non-empty string, got {extra['model_id']!r}")

@@ -7,7 +7,10 @@ never be served under the wrong key.
 """
 from dataclasses import dataclass, field
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+except ImportError:  # the worker side without vLLM (its tests on the GPU machine): plain classes
+    KVConnectorMetadata = object
 
 try:  # vLLM >= 0.32: workers can send metadata back to the scheduler
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorWorkerMetadata

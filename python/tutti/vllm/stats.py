@@ -4,7 +4,14 @@ Workers and the scheduler each count what they see during a step; vLLM
 aggregates the dicts across ranks and logging intervals and calls reduce()
 for its periodic log line.
 """
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+from dataclasses import dataclass, field
+
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+except ImportError:  # the worker side without vLLM (its tests on the GPU machine): vLLM's shape
+    @dataclass
+    class KVConnectorStats:
+        data: dict = field(default_factory=dict)
 
 COUNTERS = (
     "hit_tokens",        # scheduler: tokens promised from the store

@@ -17,6 +17,11 @@ aborted) and at the latest in ``wait_for_save``, before the commit.  A load
 never starts while a write is in flight.  Everything saved in a step is still
 committed at the end of that step.  ``eager`` submits each layer's write at once.
 
+The data path follows the KV cache (datapath.py): host memory through tutti.Store; GPU memory
+through tutti.gpu.GpuStore's path into HBM (staged by default), where a loaded layer is ordered
+before the model's compute on the GPU (no host wait) and a layer's write goes out once the
+model's kernels that wrote it have run (an event per layer, polled; at the latest at step end).
+
 With tensor parallelism each rank's store holds its shard of the KV heads and a
 save is committed through tutti.tp: every rank's data durable, agreement over
 vLLM's TP CPU group, then the records; a block is committed on every rank or on
@@ -27,7 +32,8 @@ import logging
 import os
 import time
 
-from .layout import MemMap, from_kv_caches
+from .datapath import StoreMismatchError, open_io  # noqa: F401 - StoreMismatchError is public here
+from .layout import from_kv_caches
 from .metadata import SlotEvent, TuttiWorkerMeta
 
 log = logging.getLogger("vllm.tutti")
@@ -44,10 +50,6 @@ def _crash_point():
             os.kill(os.getpid(), 9)
 
 
-class StoreMismatchError(RuntimeError):
-    """The configured store was made for another model or KV layout."""
-
-
 def _save_list(meta):
     """The step's blocks to save, each key once, in the same order on every rank."""
     keys, ids, seen = [], [], set()
@@ -60,45 +62,9 @@ def _save_list(meta):
     return keys, ids
 
 
-def open_store(cfg, shape, rank, layout):
-    """Open this rank's store, creating it if allowed; refuse a store of another model."""
-    from ..errors import FingerprintMismatch
-    from ..store import Store
-
-    paths = cfg.member_paths(shape.model_id, rank, shape.tp_size)
-    fp = shape.fingerprint(rank)
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-        if not cfg.create:
-            raise FileNotFoundError(f"tutti: store member(s) {missing} do not exist and "
-                                    "'create' is false")
-        for p in paths:
-            os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
-        Store.format(paths, fp, capacity_bytes=cfg.capacity, n_spans=layout.n_spans,
-                     span_bytes=layout.span_bytes)
-        log.info("tutti: created store %s (%d bytes of KV, %d x %d spans of %d bytes per block)",
-                 paths, cfg.capacity, layout.n_layers, layout.n_spans, layout.span_bytes)
-    try:
-        store = Store.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify)
-    except FingerprintMismatch as e:
-        try:
-            with Store.open(paths, readonly=True, shared=True, engine="psync") as other:
-                have = other.fingerprint
-        except Exception:  # noqa: BLE001
-            have = "unreadable"
-        raise StoreMismatchError(
-            f"tutti: store {paths} was made for another model or KV layout and is refused "
-            f"(never serving another model's KV).\n  store holds: {have}\n  this server:  {fp}\n"
-            "Use another 'path' in kv_connector_extra_config, or reformat it with "
-            "`tutti-admin format --force`.") from e
-    g = store.geometry
-    if (g.n_layers, g.n_spans, g.span_bytes) != (layout.n_layers, layout.n_spans, layout.span_bytes):
-        store.close()
-        raise StoreMismatchError(
-            f"tutti: store {paths} holds blocks of {g.n_layers} layers x {g.n_spans} spans x "
-            f"{g.span_bytes} bytes, but this server's KV cache has {layout.n_layers} x "
-            f"{layout.n_spans} x {layout.span_bytes}: refused")
-    return store
+def open_store(cfg, shape, rank, layout, kv_caches=None):
+    """This rank's store behind the data path its KV cache needs (datapath.open_io)."""
+    return open_io(cfg, shape, rank, layout, kv_caches or {}, log)
 
 
 class _Overlap:
@@ -136,9 +102,10 @@ class _Load:
 class _Save:
     """One step's layer-wise write transaction.
 
-    ``queued``: layers the model has computed whose write waits for the step's reads; the
-    transaction itself is begun with the first write that goes out (beginning it may write
-    the slot table: emptied victims).
+    ``queued``: (layer, mark) the model has handed over whose write waits for the step's reads
+    or, in GPU memory, for the model's kernels (mark: datapath's event); the transaction itself
+    is begun with the first write that goes out (beginning it may write the slot table:
+    emptied victims).
     """
 
     def __init__(self, keys, ids):
@@ -155,8 +122,8 @@ class WorkerSide:
         self.cfg, self.shape, self.rank, self.stats = cfg, shape, rank, stats
         self._group = group     # TP group for commits (None: vLLM's, resolved when needed)
         self.store = None
+        self.io = None          # datapath.HostIO / DeviceIO
         self.layout = None
-        self.mm = None
         self._load = None
         self._save = None       # _Save; False: nothing to save this step
         self._slack = cfg.write_policy == "slack"
@@ -169,14 +136,10 @@ class WorkerSide:
 
     def register_kv_caches(self, kv_caches, num_blocks):
         self.layout = from_kv_caches(kv_caches, num_blocks)
-        if not self.layout.device.startswith("cpu"):
-            raise NotImplementedError(
-                f"tutti: KV cache on {self.layout.device}: this build moves blocks between files "
-                "and host memory only (the GPU data path is issue 5)")
-        self.mm = MemMap(self.layout)
-        self.store = open_store(self.cfg, self.shape, self.rank, self.layout)
-        log.info("tutti: rank %d store %s, engine %s, %d slots", self.rank, self.store.paths,
-                 self.store.engine, self.store.geometry.n_slots)
+        self.io = open_store(self.cfg, self.shape, self.rank, self.layout, kv_caches)
+        self.store = self.io.store
+        log.info("tutti: rank %d store %s, %s, %d slots", self.rank, self.store.paths,
+                 self.io.name, self.store.geometry.n_slots)
         if self.shape.tp_size > 1:
             from ..tp import reconcile_group
             dropped = reconcile_group(self.store, self.tp_group())
@@ -223,7 +186,7 @@ class WorkerSide:
         fslots = [s for s, _ in found]
         fids = [b for _, b in found]
         try:
-            txn = self.store.read(fslots)
+            txn = self.io.read(fslots, fids)
         except Exception as e:  # noqa: BLE001
             log.error("tutti: read of %d blocks failed to start: %s", len(fids), e)
             self._fail(fids)
@@ -240,7 +203,7 @@ class WorkerSide:
     def _submit_upto(self, n):
         ld = self._load
         while ld.submitted < n:
-            ld.txn.layer(ld.submitted, self.mm.memmap, ld.block_ids)
+            ld.txn.layer(ld.submitted)
             ld.submitted += 1
             self._note_io()
 
@@ -253,7 +216,7 @@ class WorkerSide:
             return
         try:
             self._submit_upto(min(layer + 1, ld.n_layers))
-            ld.txn.wait_layer(layer)
+            self.io.loaded(ld.txn, layer)
             ld.waited.add(layer)
             self._note_io()
             # Reads first: the next read is due now (the model starts this layer), so it
@@ -355,7 +318,7 @@ class WorkerSide:
         if not sv or layer in sv.seen:
             return
         sv.seen.add(layer)
-        sv.queued.append(layer)
+        sv.queued.append((layer, self.io.mark()))
         if self._slack and self._load is not None:
             # Reads first: this layer's KV stays in vLLM's cache (nothing overwrites it before
             # the step ends) until the load is over.
@@ -363,14 +326,15 @@ class WorkerSide:
             return
         self._issue_writes()
 
-    def _issue_writes(self):
-        """Submit the queued layers' writes (the caller made sure no read is in flight)."""
+    def _issue_writes(self, block=False):
+        """Submit the queued layers' writes (the caller made sure no read is in flight), in layer
+        order, each once its KV is final; ``block``: wait for that (the step's end)."""
         sv = self._save
-        if not sv or not sv.queued:
+        if not sv or not sv.queued or not self.io.ready(sv.queued[0][1], block):
             return
         if sv.txn is None:
             try:
-                sv.txn = self.store.write(sv.keys)
+                sv.txn = self.io.write(sv.keys, sv.ids)
             except Exception as e:  # noqa: BLE001 - a save that cannot start is a future miss
                 log.warning("tutti: cannot store %d blocks: %s", len(sv.keys), e)
                 self.stats.add(save_errors=len(sv.keys))
@@ -380,10 +344,10 @@ class WorkerSide:
             for s, p in zip(sv.txn.slots, sv.txn.present):
                 if not p:  # the slot's old content is gone from now on
                     self._events.append(SlotEvent(self.rank, s, None))
-        while sv.queued:
-            layer = sv.queued.pop(0)
+        while sv.queued and self.io.ready(sv.queued[0][1], block):
+            layer = sv.queued.pop(0)[0]
             try:
-                sv.txn.layer(layer, self.mm.memmap, sv.ids)
+                sv.txn.layer(layer)
             except Exception as e:  # noqa: BLE001
                 log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
                             layer, e)
@@ -413,7 +377,7 @@ class WorkerSide:
             # committed in this step, as with eager writes.
             if self._load is not None:
                 self._finish_load()
-            self._issue_writes()
+            self._issue_writes(block=True)
         sv, self._save = self._save, None
         self._note_io()
         tp = self.shape.tp_size > 1 and meta is not None and meta.saves and self.store is not None
@@ -467,6 +431,6 @@ class WorkerSide:
     def close(self):
         self.abort_save()  # first: an aborted load would issue the queued writes
         self._abort_load()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
+        if self.io is not None:
+            self.io.close()
+            self.io = self.store = None
