@@ -299,11 +299,16 @@ class GpuLibraryMissing(ImportError):
 
 
 def library_path() -> Path:
-    """$TUTTI_GPU_LIB, else build/libtutti_gpu.so of the checkout this package lives in."""
+    """$TUTTI_GPU_LIB; else the copy installed in this package (``TUTTI_GPU=1 pip install``); else
+    build/libtutti_gpu.so of the checkout this package lives in (``make gpu-lib``)."""
     env = os.environ.get("TUTTI_GPU_LIB")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "build" / "libtutti_gpu.so"
+    here = Path(__file__).resolve().parent
+    installed = here / "libtutti_gpu.so"
+    if installed.is_file():
+        return installed
+    return here.parents[2] / "build" / "libtutti_gpu.so"
 
 
 def lib():
@@ -317,8 +322,9 @@ def lib():
         path = library_path()
         if not path.is_file():
             raise GpuLibraryMissing(
-                f"{path}: no such file; build it with `make gpu-lib` (needs nvcc) or point "
-                "TUTTI_GPU_LIB at a libtutti_gpu.so")
+                f"{path}: no such file; install the package with `TUTTI_GPU=1 pip install .` or "
+                "build it with `make gpu-lib` (both need nvcc), or point TUTTI_GPU_LIB at a "
+                "libtutti_gpu.so")
         _lib = ffi.dlopen(str(path))
     return _lib
 
