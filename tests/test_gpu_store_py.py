@@ -204,6 +204,9 @@ def test_store_errors_and_lock():
             raise AssertionError("fingerprint")
         except FingerprintMismatch as e:
             assert "other" in str(e)
+            # One hierarchy for both bindings: code written against tutti.errors catches it.
+            import tutti.errors
+            assert isinstance(e, tutti.errors.FingerprintMismatch) and isinstance(e, tutti.errors.TuttiError)
         with GpuStore.open(d.paths, expect=_fp()) as s:
             try:
                 GpuStore.open(d.paths)  # the members' lock: also in one process
@@ -457,3 +460,20 @@ if __name__ == "__main__":
                 print(f"FAIL {name}: {e!r}", flush=True)
                 failed += 1
     sys.exit(1 if failed else 0)
+
+
+def test_errors_import_without_the_cpu_extension():
+    """The GPU machine's binding raises tutti.errors' classes, so that module must not need tutti._tutti."""
+    import subprocess
+    import sys
+    code = (
+        "import sys, importlib.abc\n"
+        "class NoExt(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'tutti._tutti': raise ImportError('no extension here')\n"
+        "sys.meta_path.insert(0, NoExt())\n"
+        "import tutti.errors as e\n"
+        "assert issubclass(e.CorruptBlockError, OSError)\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

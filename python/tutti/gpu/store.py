@@ -35,10 +35,10 @@ current, so one process per GPU (tensor parallel ranks) each opens its own store
 from __future__ import annotations
 
 import errno
-import os
 import uuid as _uuid
 
 from .. import _cstore
+from ..errors import CorruptBlockError, FingerprintMismatch, StoreBusyError, TuttiError, error_for  # noqa: F401
 from ..model import Fingerprint, Geometry
 from ._ffi import (TT_DTYPE_LEN, TT_FORMAT_FORCE, TT_KEY_BYTES, TT_MODEL_ID_LEN, TT_OPEN_NO_VERIFY, TT_OPEN_RDONLY,
                    TT_OPEN_SHARED, ffi, lib)
@@ -48,39 +48,19 @@ PATHS = ("gio", "staged", "gds", "host")
 
 
 # ---------------------------------------------------------------- errors
+# tutti.errors' classes (importable without the CPU extension): one hierarchy for both bindings.
+
+StoreError = TuttiError
 
 
-class StoreError(OSError):
-    """A libtutti call failed; ``errno`` and ``strerror`` (with tt_errmsg()'s reason) say why."""
-
-
-class FingerprintMismatch(StoreError):
-    """The store holds KV cache of another model or layout (-EMEDIUMTYPE)."""
-
-
-class CorruptBlockError(StoreError):
-    """Stored bytes failed their checksum; the slot was dropped (-EBADMSG)."""
-
-
-class StoreBusyError(StoreError):
-    """A member is held by another store handle (this process or another) or mounted (-EBUSY)."""
-
-
-class GdsUnavailable(StoreError):
+class GdsUnavailable(TuttiError):
     """cuFile is missing or its driver would not open here; use the staged path."""
-
-
-_BY_ERRNO = {errno.EMEDIUMTYPE: FingerprintMismatch, errno.EBADMSG: CorruptBlockError, errno.EBUSY: StoreBusyError}
 
 
 def _check(rc: int, what: str, cls=None) -> int:
     if rc >= 0:
         return rc
-    err = -rc
-    L = lib()
-    reason = ffi.string(L.tt_errmsg()).decode(errors="replace") or os.strerror(err)
-    L.tt_clearerr()  # a later failure that sets no reason must not show this one
-    raise (cls or _BY_ERRNO.get(err, StoreError))(err, f"{what}: {reason}")
+    raise error_for(rc, what, ffi=ffi, lib=lib(), cls=cls)
 
 
 # ---------------------------------------------------------------- keys and helpers

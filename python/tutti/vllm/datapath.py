@@ -210,8 +210,8 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
     paths = cfg.member_paths(shape.model_id, rank, shape.tp_size)
     fp = shape.fingerprint(rank)
     _create_if_missing(cfg, paths, fp, layout, log)
+    from ..errors import FingerprintMismatch  # raised by both bindings
     if path == "cpu":
-        from ..errors import FingerprintMismatch
         from ..store import Store
         try:
             store = Store.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify)
@@ -221,7 +221,6 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
         return HostIO(store, layout)
 
     try:
-        from ..gpu.store import FingerprintMismatch as GpuMismatch
         from ..gpu.store import GpuStore
         from ..gpu._ffi import lib
         lib()  # importing does not load libtutti_gpu.so: fail here, with how to get it
@@ -230,7 +229,7 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
                             f"`make gpu-lib` (nvcc) and point TUTTI_GPU_LIB at it ({e})") from e
     try:
         store = GpuStore.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify)
-    except GpuMismatch as e:
+    except FingerprintMismatch as e:
         raise _mismatch(paths, fp, _held_fingerprint(paths)) from e
     _check_geometry(store, paths, layout)
     try:
