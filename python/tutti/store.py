@@ -4,7 +4,6 @@ A store keeps KV blocks on 1..16 files or block devices.  Keys are hashed to
 16 bytes (XXH3-128) exactly as the C library does, so every process that
 names a block the same way finds the same slot.
 """
-import errno
 import uuid as _uuid
 
 from . import _cstore
@@ -199,11 +198,23 @@ class ReadTxn(Txn):
     """Loads committed slots; a block failing its checksum finishes with -EBADMSG."""
 
 
-class Store:
+class Store(_cstore.BlockMethods):
     """An open Tutti store (use ``Store.open``); a context manager that closes it.
 
-    Not thread-safe, like the C handle: use it from one thread at a time.
+    Not thread-safe, like the C handle: use it from one thread at a time.  Whole blocks
+    (put/get/readinto), lookup, committed and invalidate: _cstore.BlockMethods.
     """
+
+    _ffi = ffi
+    _key_bytes = _KEY
+
+    @staticmethod
+    def _clib():
+        return lib
+
+    @staticmethod
+    def _ok(rc, what):
+        return check(rc)  # the CPU binding's messages carry the reason alone
 
     def __init__(self, handle, paths):
         self._h = ffi.gc(handle, lib.tt_store_close)
@@ -326,10 +337,6 @@ class Store:
         """I/O engine in use: "uring" or "psync"."""
         return self._engine
 
-    @property
-    def block_bytes(self) -> int:
-        return self._geometry.block_bytes
-
     def _info(self):
         info = ffi.new("struct tt_store_info *")
         check(lib.tt_store_get_info(self._handle(), info))
@@ -365,69 +372,6 @@ class Store:
                              f"{g.n_layers} layers x {g.n_spans} spans")
         e = lib.tt_locate(lib.tt_store_geometry(self._handle()), slot, layer, span)
         return e.member, e.off
-
-    # --- blocks ----------------------------------------------------------------
-
-    def _block_buffer(self, data, writable=False):
-        try:
-            buf = ffi.from_buffer(data, require_writable=writable)
-        except (TypeError, BufferError):
-            kind = "a writable buffer" if writable else "a bytes-like buffer"
-            raise TypeError(f"block data must be {kind}, not {type(data).__name__}") from None
-        if len(buf) != self.block_bytes:
-            raise ValueError(f"block data is {len(buf)} bytes; this store's blocks are "
-                             f"{self.block_bytes} bytes")
-        return buf
-
-    def put(self, key, data) -> None:
-        """Store one block (objects in (layer, span) order); a stored key is left as is."""
-        buf = self._block_buffer(data)
-        check(lib.tt_store_put(self._handle(), key_from_bytes(key), buf, len(buf)))
-
-    def readinto(self, key, buf) -> None:
-        """Load the block of ``key`` into writable ``buf``: KeyError on a miss,
-        CorruptBlockError (and the slot is dropped) if it fails its checksum."""
-        cbuf = self._block_buffer(buf, writable=True)
-        rc = lib.tt_store_get(self._handle(), key_from_bytes(key), cbuf, len(cbuf))
-        if rc == -errno.ENOENT:
-            lib.tt_clearerr()
-            raise KeyError(key)
-        check(rc)
-
-    def get(self, key) -> bytes:
-        """The block stored under ``key`` (see readinto())."""
-        buf = bytearray(self.block_bytes)
-        self.readinto(key, buf)
-        return bytes(buf)
-
-    def lookup(self, keys) -> list:
-        """Slot of each key, or None for a miss; hits become most recently used."""
-        arr, n = _keys(keys)
-        slots = ffi.new("int64_t[]", max(n, 1))
-        check(lib.tt_store_lookup(self._handle(), arr, n, slots))
-        return [s if s >= 0 else None for s in slots[0:n]]
-
-    def committed(self, chunk=4096) -> dict:
-        """Every committed block: {16-byte store key: slot}, from the in-memory index (no I/O)."""
-        n_slots = self._geometry.n_slots
-        keys = ffi.new("uint8_t[]", chunk * _KEY)
-        slots = ffi.new("int64_t[]", chunk)
-        out = {}
-        for first in range(0, n_slots, chunk):
-            # A range of `chunk` slots holds at most `chunk` committed ones.
-            found = check(lib.tt_store_list(self._handle(), first, chunk, keys, slots, chunk))
-            raw = ffi.buffer(keys, found * _KEY)[:]
-            for i in range(found):
-                out[raw[i * _KEY:(i + 1) * _KEY]] = slots[i]
-        return out
-
-    def __contains__(self, key) -> bool:
-        return self.lookup([key])[0] is not None
-
-    def invalidate(self, slots) -> int:
-        """Drop committed slots durably; returns how many were dropped."""
-        arr, n = _slots(slots)
-        return check(lib.tt_store_invalidate(self._handle(), arr, n))
 
     # --- layer-wise transfers --------------------------------------------------
 

@@ -75,14 +75,7 @@ def _keys(keys):
     return _cstore.keys_array(ffi, lib(), TT_KEY_BYTES, keys)
 
 
-def _int_list(xs, what: str) -> list:
-    if hasattr(xs, "tolist"):  # torch tensor, numpy array
-        xs = xs.tolist()
-    xs = list(xs)
-    for x in xs:
-        if not isinstance(x, int) or isinstance(x, bool):
-            raise TypeError(f"{what} must be ints, got {type(x).__name__} ({x!r}; a lookup miss?)")
-    return xs
+_int_list = _cstore.int_list
 
 
 def _member_paths(paths):
@@ -343,12 +336,24 @@ class DeviceTxn:
 # ---------------------------------------------------------------- the store
 
 
-class GpuStore:
+class GpuStore(_cstore.BlockMethods):
     """An open store (``GpuStore.open``) in this process; a context manager that closes it.
 
     Not thread-safe (like the C handle).  ``attach()`` a data path before read()/write() into GPU memory;
-    put()/get() move whole blocks through host memory with the store's CPU engine.
+    put()/get()/readinto() move whole blocks through host memory with the store's CPU engine; lookup,
+    committed and invalidate as tutti.Store (_cstore.BlockMethods).
     """
+
+    _ffi = ffi
+    _key_bytes = TT_KEY_BYTES
+
+    @staticmethod
+    def _clib():
+        return lib()
+
+    @staticmethod
+    def _ok(rc, what):
+        return _check(rc, what)
 
     def __init__(self, handle, paths):
         self._h, self.paths = handle, paths
@@ -608,65 +613,6 @@ class GpuStore:
         unit = seq // g.stripe_objs
         row = unit // g.n_members
         return unit % g.n_members, g.data_off + (row * g.stripe_objs + seq % g.stripe_objs) * g.obj_stride
-
-    # --- blocks through host memory, index
-
-    @property
-    def block_bytes(self) -> int:
-        return self.geometry.block_bytes
-
-    def _block_buffer(self, data, writable=False):
-        try:
-            buf = ffi.from_buffer(data, require_writable=writable)
-        except (TypeError, BufferError):
-            raise TypeError(f"block data must be a {'writable ' if writable else ''}bytes-like buffer, "
-                            f"not {type(data).__name__}") from None
-        if len(buf) != self.block_bytes:
-            raise ValueError(f"block data is {len(buf)} bytes; this store's blocks are {self.block_bytes}")
-        return buf
-
-    def put(self, key, data) -> None:
-        """Store one block held in host memory, objects in (layer, span) order (CPU engine)."""
-        buf = self._block_buffer(data)
-        _check(lib().tt_store_put(self._handle(), key_from_bytes(key), buf, len(buf)), "put")
-
-    def get(self, key) -> bytes:
-        """The block of ``key`` from host memory: KeyError on a miss, CorruptBlockError if it fails its checksum."""
-        out = bytearray(self.block_bytes)
-        rc = lib().tt_store_get(self._handle(), key_from_bytes(key), self._block_buffer(out, True), len(out))
-        if rc == -errno.ENOENT:
-            lib().tt_clearerr()
-            raise KeyError(key)
-        _check(rc, "get")
-        return bytes(out)
-
-    def lookup(self, keys) -> list:
-        """Slot of each key, or None for a miss; hits become most recently used."""
-        arr, n = _keys(keys)
-        slots = ffi.new("int64_t[]", max(n, 1))
-        _check(lib().tt_store_lookup(self._handle(), arr, n, slots), "lookup")
-        return [int(s) if s >= 0 else None for s in slots[0:n]]
-
-    def __contains__(self, key) -> bool:
-        return self.lookup([key])[0] is not None
-
-    def invalidate(self, slots) -> int:
-        """Drop committed slots durably; returns how many were dropped."""
-        slots = _int_list(slots, "slots")
-        arr = ffi.new("int64_t[]", slots or [0])
-        return _check(lib().tt_store_invalidate(self._handle(), arr, len(slots)), "invalidate")
-
-    def committed(self, chunk: int = 4096) -> dict:
-        """Every committed block: {16-byte store key: slot} (in-memory index, no I/O)."""
-        keys = ffi.new("uint8_t[]", chunk * TT_KEY_BYTES)
-        slots = ffi.new("int64_t[]", chunk)
-        out = {}
-        for first in range(0, self.geometry.n_slots, chunk):
-            found = _check(lib().tt_store_list(self._handle(), first, chunk, keys, slots, chunk), "list")
-            raw = ffi.buffer(keys, found * TT_KEY_BYTES)[:]
-            for i in range(found):
-                out[raw[i * TT_KEY_BYTES:(i + 1) * TT_KEY_BYTES]] = int(slots[i])
-        return out
 
     def _info(self):
         info = ffi.new("struct tt_store_info *")
