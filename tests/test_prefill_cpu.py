@@ -187,7 +187,7 @@ def test_gpu_library_missing_is_explained(monkeypatch, tmp_path):
 _STRUCTS = ["tt_nvme_xfer_caps", "tt_geometry", "tt_fingerprint", "tt_format_params", "tt_gio_qmem",
             "tt_gio_params", "tt_gio_layer", "tt_emu_params", "tt_emu_stats", "tt_gpu_domains",
             # tutti.gpu.store
-            "tt_engine_params", "tt_engine_stats", "tt_open_params", "tt_store_stats", "tt_store_info", "tt_memmap",
+            "tt_engine_params", "tt_engine_stats", "tt_extent", "tt_open_params", "tt_store_stats", "tt_store_info", "tt_memmap",
             "tt_gio_path_params", "tt_file_path_params", "tt_devpath_ops"]
 # Macro values _ffi.py restates.
 _MACROS = ["TT_NVME_CMD_WRITE", "TT_NVME_CMD_READ", "TT_NVME_SGLS_BYTE_ALIGNED", "TT_EMU_NULL", "TT_EMU_HOSTMEM",

@@ -203,11 +203,18 @@ static void test_paged(void)
 	tt_store_lookup(s, keys, 1, slots);
 	{
 		const struct tt_geometry *g = tt_store_geometry(s);
-		struct tt_extent e = tt_locate(g, (uint64_t)slots[0], 2, 1);
+		struct tt_extent e = tt_locate(g, (uint64_t)slots[0], 2, 1), e2;
 		int fd = open(path0, O_RDWR);
 		uint8_t b;
 		struct tt_check_result res = { 0 };
 		int64_t bad[4];
+
+		tap_ok(tt_store_locate(s, (uint64_t)slots[0], 2, 1, &e2) == 0 &&
+		       e2.member == e.member && e2.off == e.off, "tt_store_locate = tt_locate");
+		tap_eq(tt_store_locate(s, g->n_slots, 0, 0, &e2), (unsigned long long)-EINVAL,
+		       "tt_store_locate: slot out of range");
+		tap_eq(tt_store_locate(s, 0, g->n_layers, 0, &e2), (unsigned long long)-EINVAL,
+		       "tt_store_locate: layer out of range");
 
 		tap_eq(pread(fd, &b, 1, (off_t)e.off + 100), 1, "read a byte of slot %lld at %llu",
 		       (long long)slots[0], (unsigned long long)e.off);

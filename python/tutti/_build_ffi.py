@@ -253,6 +253,8 @@ int tt_store_open(const char *const *paths, unsigned n, const struct tt_open_par
                   struct tt_store **out);
 void tt_store_close(struct tt_store *s);
 int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
+int tt_store_locate(const struct tt_store *s, uint64_t slot, uint32_t layer, uint32_t span,
+                    struct tt_extent *out);
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s);
 void tt_key_from_bytes(const void *data, size_t len, uint8_t key[16]);
 int tt_store_lookup(struct tt_store *s, const uint8_t *keys, unsigned n, int64_t *slots);

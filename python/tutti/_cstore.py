@@ -155,6 +155,16 @@ class BlockMethods:
         arr = self._ffi.new("int64_t[]", slots or [0])
         return self._ok(self._clib().tt_store_invalidate(self._handle(), arr, len(slots)), "invalidate")
 
+    def locate(self, slot: int, layer: int, span: int) -> tuple:
+        """``(member, byte offset)`` of object (slot, layer, span) on disk (tt_store_locate())."""
+        g = self.geometry
+        if not (0 <= slot < g.n_slots and 0 <= layer < g.n_layers and 0 <= span < g.n_spans):
+            raise IndexError(f"object ({slot}, {layer}, {span}) outside {g.n_slots} slots x "
+                             f"{g.n_layers} layers x {g.n_spans} spans")
+        e = self._ffi.new("struct tt_extent *")
+        self._ok(self._clib().tt_store_locate(self._handle(), slot, layer, span, e), "locate")
+        return int(e.member), int(e.off)
+
     def committed(self, chunk: int = 4096) -> dict:
         """Every committed block: {16-byte store key: slot}, from the in-memory index (no I/O)."""
         K, ffi = self._key_bytes, self._ffi

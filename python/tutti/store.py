@@ -364,15 +364,6 @@ class Store(_cstore.BlockMethods):
         """Counters since open (store and I/O engine)."""
         return _stats_dict(self._info().stats)
 
-    def locate(self, slot: int, layer: int, span: int):
-        """``(member, byte offset)`` of object (slot, layer, span) on disk."""
-        g = self._geometry
-        if not (0 <= slot < g.n_slots and 0 <= layer < g.n_layers and 0 <= span < g.n_spans):
-            raise IndexError(f"object ({slot}, {layer}, {span}) outside {g.n_slots} slots x "
-                             f"{g.n_layers} layers x {g.n_spans} spans")
-        e = lib.tt_locate(lib.tt_store_geometry(self._handle()), slot, layer, span)
-        return e.member, e.off
-
     # --- layer-wise transfers --------------------------------------------------
 
     def write(self, keys) -> WriteTxn:

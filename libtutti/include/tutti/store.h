@@ -151,6 +151,15 @@ int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s);
 
 /**
+ * tt_store_locate() - tt_locate() with bounds checks, callable through an ABI
+ * binding (tt_locate() is inline)
+ *
+ * Return: 0 and @out, or -EINVAL if (slot, layer, span) lies outside the store.
+ */
+int tt_store_locate(const struct tt_store *s, uint64_t slot, uint32_t layer,
+		    uint32_t span, struct tt_extent *out);
+
+/**
  * tt_key_from_bytes() - derive a 16-byte key from arbitrary bytes (XXH3-128)
  */
 void tt_key_from_bytes(const void *data, size_t len, uint8_t key[TT_KEY_BYTES]);

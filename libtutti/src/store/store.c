@@ -280,6 +280,20 @@ const struct tt_geometry *tt_store_geometry(const struct tt_store *s)
 	return &s->geo;
 }
 
+int tt_store_locate(const struct tt_store *s, uint64_t slot, uint32_t layer,
+		    uint32_t span, struct tt_extent *out)
+{
+	const struct tt_geometry *g = &s->geo;
+
+	if (slot >= g->n_slots || layer >= g->n_layers || span >= g->n_spans)
+		return tt_seterr(-EINVAL,
+				 "object (%llu, %u, %u) outside %llu slots x %u layers x %u spans",
+				 (unsigned long long)slot, layer, span,
+				 (unsigned long long)g->n_slots, g->n_layers, g->n_spans);
+	*out = tt_locate(g, slot, layer, span);
+	return 0;
+}
+
 int tt_store_get_info(struct tt_store *s, struct tt_store_info *info)
 {
 	memset(info, 0, sizeof(*info));

@@ -167,6 +167,12 @@ struct tt_store_info {
     struct tt_store_stats stats;
 };
 
+struct tt_extent {
+    uint32_t member;
+    uint32_t len;
+    uint64_t off;
+};
+
 struct tt_memmap {
     uint32_t n_layers;
     uint32_t n_spans;
@@ -218,6 +224,7 @@ int tt_store_open(const char *const *paths, unsigned n, const struct tt_open_par
                   struct tt_store **out);
 void tt_store_close(struct tt_store *s);
 int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
+int tt_store_locate(const struct tt_store *s, uint64_t slot, uint32_t layer, uint32_t span, struct tt_extent *out);
 int tt_store_lookup(struct tt_store *s, const uint8_t *keys, unsigned n, int64_t *slots);
 int tt_store_invalidate(struct tt_store *s, const int64_t *slots, unsigned n);
 int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count, uint8_t *keys, int64_t *slots,

@@ -603,17 +603,6 @@ class GpuStore(_cstore.BlockMethods):
         _check(lib().tt_store_write_begin(self._handle(), arr, n, out), f"write {n} blocks")
         return self._bind(out[0], n, True, kv, ids, "write")
 
-    def locate(self, slot: int, layer: int, span: int) -> tuple[int, int]:
-        """``(member, byte offset)`` of object (slot, layer, span): tt_locate()'s arithmetic (layout.h)."""
-        g = self.geometry
-        if not (0 <= slot < g.n_slots and 0 <= layer < g.n_layers and 0 <= span < g.n_spans):
-            raise IndexError(f"object ({slot}, {layer}, {span}) outside {g.n_slots} slots x {g.n_layers} layers "
-                             f"x {g.n_spans} spans")
-        seq = (layer * g.n_spans + span) * g.n_slots + slot
-        unit = seq // g.stripe_objs
-        row = unit // g.n_members
-        return unit % g.n_members, g.data_off + (row * g.stripe_objs + seq % g.stripe_objs) * g.obj_stride
-
     def _info(self):
         info = ffi.new("struct tt_store_info *")
         _check(lib().tt_store_get_info(self._handle(), info), "info")
