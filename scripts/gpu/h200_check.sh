@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Every GPU test in one call on the lent H200 (a device session is short: one call, one report):
+# C GPU tests (h200_run.sh --tests), then the Python GPU tests, each file under its own timeout,
+# with the store's gio data path included (TUTTI_TEST_STORE_GIO=1) and its waits bounded
+# (TUTTI_GIO_WAIT_TIMEOUT_S: a stuck layer fails with a state dump instead of holding the GPU).
+#   OUT=<dir> B=build/h200 scripts/gpu/h200_check.sh [pytest -k expression]
+# Logs: $OUT/check.log (summary), $OUT/test_gpu.log (C), $OUT/py_<file>.log (each Python file).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-build/gpu/out}
+B=${B:-build/h200}
+K=${1:-}
+mkdir -p "$OUT"
+say() { echo "== $*" | tee -a "$OUT/check.log"; }
+
+t0=$(date +%s)
+say "$(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | paste -sd, -)"
+B=$B OUT=$OUT bash scripts/gpu/h200_run.sh --tests >/dev/null 2>&1
+c=$?
+say "C GPU tests: $([ $c -eq 0 ] && echo passed || echo FAILED) ($(grep -c '^ok' "$OUT/test_gpu.log" 2>/dev/null) ok, $(grep -c '^not ok' "$OUT/test_gpu.log" 2>/dev/null) not ok)"
+grep '^not ok\|Bail out' "$OUT/test_gpu.log" 2>/dev/null | head -20 | tee -a "$OUT/check.log"
+
+# shellcheck source=scripts/gpu/h200_pyext.sh
+source scripts/gpu/h200_pyext.sh || { say "tutti._tutti did not build"; exit 1; }
+export TUTTI_GPU_LIB=$PWD/$B/libtutti_gpu.so PYTHONUNBUFFERED=1 TUTTI_TEST_STORE_GIO=1 TUTTI_GIO_WAIT_TIMEOUT_S=20
+fail=$c
+for f in tests/test_gpu_store_py.py tests/test_worker_write_policy.py tests/test_prefill_gpu.py tests/test_tp_gpu.py; do
+	n=$(basename "$f" .py)
+	timeout 240 python3 -m pytest -q -rs -p no:cacheprovider ${K:+-k "$K"} "$f" >"$OUT/py_$n.log" 2>&1
+	r=$?
+	say "$f: exit $r: $(tail -1 "$OUT/py_$n.log")"
+	[ $r -eq 0 ] || [ $r -eq 5 ] || fail=1
+done
+say "done in $(( $(date +%s) - t0 )) s: $([ $fail -eq 0 ] && echo ALL PASSED || echo FAILURES)"
+exit $fail
