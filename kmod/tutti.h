@@ -239,9 +239,11 @@ static inline bool tutti_p2p_ring_live(struct tutti_uq *q)
 #endif
 
 /* tutti_main.c */
-extern const struct file_operations tutti_fops;
 void tutti_ctrl_put(struct tutti_ctrl *c);
 void tutti_vma_init(struct vm_area_struct *vma);
+
+/* tutti_fops.c */
+extern const struct file_operations tutti_fops;
 void tutti_file_put(struct tutti_file *f);
 
 #endif
