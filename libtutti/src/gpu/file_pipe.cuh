@@ -150,8 +150,21 @@ static inline void fp_count(uint64_t *ctr, uint64_t v)
 	__atomic_fetch_add(ctr, v, __ATOMIC_RELAXED);
 }
 
+// Waiting threads sleep: a spinning one would take a core from the preads.
+#define FP_EVENT	(cudaEventDisableTiming | cudaEventBlockingSync)
+
+// First error wins.
+static inline void fp_set_err(int *p, int err)
+{
+	int zero = 0;
+
+	__atomic_compare_exchange_n(p, &zero, err, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	    void *priv, struct tt_file_path **out);
+// Hash a layer's objects on its completion stream (file_pipe.cu).
+int fp_layer_sum(struct fp_layer *ly);
 
 // The devpath ops, the same for every backend.
 int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn);
