@@ -218,6 +218,29 @@ def test_single_rank_group_is_todays_commit(tmp_path, rng):
         assert sorted(listed.values()) == sorted(s.lookup(names))
 
 
+def test_commit_positions_align_a_reordered_transaction_with_the_group(tmp_path, monkeypatch):
+    """A rank holding the common list's blocks in reverse (the vLLM worker commits heads last) is
+    agreed with the group entry by entry: a block a peer lacks is vetoed, not its neighbour."""
+    tc = sys.modules["tutti.tp.commit"]  # the module (tutti.tp.commit is also the function)
+    format_stores(tmp_path, 1)
+    fp = shard_fingerprint(tr.MODEL, 0, 1)
+    peer = [True, True, False]  # the other rank made entries 0 and 1 durable, not entry 2
+    monkeypatch.setattr(tc, "agree", lambda flags, group=None: [f and p for f, p in zip(flags, peer)])
+    with Store.open([tr.store_path(tmp_path, 0)], expect=fp) as s:
+        buf = PagedBuffer.for_geometry(s.geometry, 3)
+        buf.fill_random(range(3), 2)
+        names = [tr.key_name(k) for k in (0, 1, 2)]
+        txn = s.write(names[::-1])  # block i is entry 2 - i
+        for layer in range(tr.MODEL.n_layers):
+            txn.layer(layer, buf, [2, 1, 0])
+        assert commit(txn, width=3, positions=[2, 1, 0]) == [False, True, True]
+        assert [x is not None for x in s.lookup(names)] == [True, True, False]
+        assert s.get(names[0]) == buf.contiguous_block(0)
+        for bad in ([0, 0, 1], [0, 1], [1, 2, 3]):
+            with pytest.raises(ValueError, match="positions"):
+                commit(s.write(names), width=3, positions=bad)
+
+
 def test_prepared_write_is_invisible_until_finished(tmp_path):
     format_stores(tmp_path, 1)
     path = tr.store_path(tmp_path, 0)

@@ -60,11 +60,13 @@ def agree(flags, group=None) -> list:
     return [bool(x) for x in t.tolist()[: len(flags)]]
 
 
-def commit(txn, group=None, width=None, hook=None) -> list:
+def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
     """Commit the prepared-everywhere blocks of write transaction ``txn``; finishes it.
 
     ``width``: length of the flag vectors when ranks' transactions may hold a
     prefix of one common list of blocks (absent blocks count as not durable).
+    ``positions``: block i of ``txn`` is entry ``positions[i]`` of that common
+    list (default: i), for transactions that hold their blocks in another order.
     ``hook(phase)`` is called after "prepared", "agreed" and "committed"
     (tracing, crash tests).  Returns per block of ``txn``: committed on every
     rank.  Raises GroupError if a rank died; the blocks are then aborted
@@ -75,7 +77,15 @@ def commit(txn, group=None, width=None, hook=None) -> list:
     width = n if width is None else width
     if width < n:
         raise ValueError(f"width {width} < {n} blocks in the transaction")
-    pad = [False] * (width - n)
+    pos = list(range(n)) if positions is None else [int(p) for p in positions]
+    if len(pos) != n or len(set(pos)) != n or not all(0 <= p < width for p in pos):
+        raise ValueError(f"positions must name {n} distinct entries of 0..{width - 1}")
+
+    def spread(flags):  # per block of txn -> per entry of the common list
+        v = [False] * width
+        for i, f in enumerate(flags):
+            v[pos[i]] = f
+        return v
     try:
         status = txn.prepare()
     except Exception as e:  # noqa: BLE001 - a failed flush is a vote against, not a hang
@@ -83,12 +93,12 @@ def commit(txn, group=None, width=None, hook=None) -> list:
         status = [-errno.EIO] * n
     _call(hook, "prepared")
     try:
-        everywhere = agree([rc == 0 for rc in status] + pad, group)
+        everywhere = agree(spread([rc == 0 for rc in status]), group)
     except GroupError:
         txn.abort()
         raise
     for i in range(n):
-        if not everywhere[i]:
+        if not everywhere[pos[i]]:
             txn.veto(i)
     _call(hook, "agreed")
     try:
@@ -99,13 +109,13 @@ def commit(txn, group=None, width=None, hook=None) -> list:
     _call(hook, "committed")
     fresh = [rc == 0 and not txn.present[i] for i, rc in enumerate(final)]
     try:
-        done = agree([rc == 0 for rc in final] + pad, group)
+        done = agree(spread([rc == 0 for rc in final]), group)
     except GroupError:
         # Whether the others committed is unknown: absent here is never wrong.
         _rollback(txn, [i for i in range(n) if fresh[i]])
         raise
-    _rollback(txn, [i for i in range(n) if fresh[i] and not done[i]])
-    return done[:n]
+    _rollback(txn, [i for i in range(n) if fresh[i] and not done[pos[i]]])
+    return [done[pos[i]] for i in range(n)]
 
 
 def abstain(group=None, width=0) -> None:

@@ -22,6 +22,12 @@ through tutti.gpu.GpuStore's path into HBM (staged by default), where a loaded l
 before the model's compute on the GPU (no host wait) and a layer's write goes out once the
 model's kernels that wrote it have run (an event per layer, polled; at the latest at step end).
 
+Eviction keeps prefixes: the store evicts least recently used blocks first, and a block is
+useful only with every block before it, so the worker makes a chain's head its most recent
+block: lookups touch a step's keys tail first, and a save commits them tail first (commit
+order is also the LRU order a store reopens with).  A full store then loses the tails of
+prefixes, never their heads.
+
 With tensor parallelism each rank's store holds its shard of the KV heads and a
 save is committed through tutti.tp: every rank's data durable, agreement over
 vLLM's TP CPU group, then the records; a block is committed on every rank or on
@@ -169,7 +175,7 @@ class WorkerSide:
             ids += t.block_ids
         t0 = time.perf_counter()
         try:
-            slots = self.store.lookup(keys)
+            slots = self.store.lookup(keys[::-1])[::-1]  # heads touched last: evicted last
         except Exception as e:  # noqa: BLE001 - never fail the forward: recompute instead
             log.error("tutti: lookup failed, %d blocks will be recomputed: %s", len(keys), e)
             self._fail(ids)
@@ -313,7 +319,8 @@ class WorkerSide:
             if len(keys) > cap:
                 self.stats.add(save_errors=len(keys) - max(cap, 0))
                 keys, ids = keys[:max(cap, 0)], ids[:max(cap, 0)]
-            self._save = _Save(keys, ids) if keys else False
+            # Committed tail first, so heads are the most recently used (evicted last).
+            self._save = _Save(keys[::-1], ids[::-1]) if keys else False
         sv = self._save
         if not sv or layer in sv.seen:
             return
@@ -393,8 +400,11 @@ class WorkerSide:
         try:
             if tp:
                 from ..tp import commit
-                # Every rank's keys are a prefix of the same list (the slot cap keeps the first).
-                everywhere = commit(txn, self.tp_group(), width=len(_save_list(meta)[0]))
+                # Every rank's keys are a prefix of the same list (the slot cap keeps the
+                # first), held in reverse: block i is entry n - 1 - i of that list.
+                n = len(keys)
+                everywhere = commit(txn, self.tp_group(), width=len(_save_list(meta)[0]),
+                                    positions=range(n - 1, -1, -1))
                 status = [0 if ok else -errno.ECANCELED for ok in everywhere]
             else:
                 status = txn.finish()  # layers never submitted: -ENODATA, not committed
