@@ -24,6 +24,8 @@ grep '^not ok\|Bail out' "$OUT/test_gpu.log" 2>/dev/null | head -20 | tee -a "$O
 source scripts/gpu/h200_pyext.sh || { say "tutti._tutti did not build"; exit 1; }
 export TUTTI_GPU_LIB=$PWD/$B/libtutti_gpu.so PYTHONUNBUFFERED=1 TUTTI_TEST_STORE_GIO=1 TUTTI_GIO_WAIT_TIMEOUT_S=20
 fail=$c
+python3 -m tutti.cli gpu >"$OUT/admin_gpu.txt" 2>&1
+say "tutti-admin gpu: exit $? ($OUT/admin_gpu.txt)"
 for f in tests/test_gpu_store_py.py tests/test_worker_write_policy.py tests/test_prefill_gpu.py tests/test_tp_gpu.py; do
 	n=$(basename "$f" .py)
 	timeout 240 python3 -m pytest -q -rs -p no:cacheprovider ${K:+-k "$K"} "$f" >"$OUT/py_$n.log" 2>&1
