@@ -12,7 +12,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 
 static int hil_failed;
 
@@ -44,6 +46,17 @@ static inline void bail(const char *fmt, ...)
 	printf("\n");
 	fflush(stdout);
 	exit(1);
+}
+
+/* @len bytes of private anonymous memory, populated; bails out on failure. */
+static inline void *hil_pages(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+	if (p == MAP_FAILED)
+		bail("mmap %zu: %s", len, strerror(errno));
+	return p;
 }
 
 /* 0 or the errno of a failed ioctl, so checks can compare with EINVAL etc. */

@@ -50,6 +50,7 @@ prog() {
 	done
 }
 prog_rc() { local tag=$1; shift; prog_run "$tag" "$BIN/kq_hw" "$@"; }
+prog_store() { local tag=$1; shift; prog_run "$tag" "$BIN/kq_store" "$@"; }
 prog_run() {
 	local tag=$1 out
 	shift
@@ -81,7 +82,7 @@ wait_for() { local i; for i in $(seq 50); do [ -e "$1" ] && return 0; sleep 0.1;
 
 set -- $(bdfs) ; A=${1:-} B=${2:-}
 [ -n "$A" ] && [ -n "$B" ] || { not_ok "two NVMe controllers present (found: $A $B)"; finish; }
-[ -x "$BIN/kq_hw" ] || make -s -C tests/hil OUT="$BIN" >/dev/null || { not_ok "build guest tests"; finish; }
+[ -x "$BIN/kq_hw" ] && [ -x "$BIN/kq_store" ] || make -s -C tests/hil OUT="$BIN" >/dev/null || { not_ok "build guest tests"; finish; }
 DMESG0=$(dmesg | wc -l)
 
 # Load and attach: tutti binds only what it is handed.
@@ -96,12 +97,12 @@ wait_for $NA && wait_for $NB && ok "nodes $NA and $NB exist" || { not_ok "nodes 
 
 case $MODE in
 crash-write)
-	"$BIN/kq_hw" store $NA $NB >/dev/null 2>&1	# formats with force
+	"$BIN/kq_store" store $NA $NB >/dev/null 2>&1	# formats with force
 	echo HIL-WRITING	# the host kills QEMU a random moment after this
-	"$BIN/kq_hw" writer $NA $NB 0 | sed -u 's/^/HIL-ACKED /'
+	"$BIN/kq_store" writer $NA $NB 0 | sed -u 's/^/HIL-ACKED /'
 	exit 1 ;;
 crash-check)
-	prog_rc verify verify $NA $NB "${CRASH_N:?crash-check needs N}"
+	prog_store verify verify $NA $NB "${CRASH_N:?crash-check needs N}"
 	expect "tutti-admin check is clean after QEMU was killed mid-write" \
 		"$ROOT/.venv-hil/bin/tutti-admin" check $NA $NB
 	finish ;;
@@ -123,10 +124,10 @@ n1=$(dmesg | wc -l)
 [ "$n1" -eq "$n0" ] && ok "[gpu-p2p] refusals left the kernel log untouched" \
 	|| { not_ok "[gpu-p2p] refusals left the kernel log untouched"; dmesg | tail -n +$((n0 + 1)) | sed 's/^/# /'; }
 prog_rc sigkill kill $NA "${TUTTI_HIL_KILLS:-100}"
-prog_rc store store $NA $NB
-TUTTI_KQ_PRP=1 prog_rc store-prp store $NA $NB
-TUTTI_KQ_SQ_PEER=$CB prog_rc store-sq-in-cmb store $NA $NB
-prog_rc crash crash $NA $NB "${TUTTI_HIL_CRASH_TRIALS:-20}"
+prog_store store store $NA $NB
+TUTTI_KQ_PRP=1 prog_store store-prp store $NA $NB
+TUTTI_KQ_SQ_PEER=$CB prog_store store-sq-in-cmb store $NA $NB
+prog_store crash crash $NA $NB "${TUTTI_HIL_CRASH_TRIALS:-20}"
 
 # Takeover from the kernel's nvme driver and hand-back.
 if [ -n "${TUTTI_NVME_KO:-}" ] && [ -e "$TUTTI_NVME_KO" ]; then
