@@ -221,8 +221,10 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
         return HostIO(store, layout)
 
     try:
-        from ..gpu.store import GpuStore
+        import torch  # noqa: F401 - first: libtutti_gpu.so then shares PyTorch's CUDA runtime
+
         from ..gpu._ffi import lib
+        from ..gpu.store import GpuStore
         lib()  # importing does not load libtutti_gpu.so: fail here, with how to get it
     except ImportError as e:
         raise DataPathError(f"tutti: data path {path!r} needs libtutti_gpu.so: build it with "
