@@ -221,7 +221,7 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
         return HostIO(store, layout)
 
     try:
-        import torch  # noqa: F401 - first: libtutti_gpu.so then shares PyTorch's CUDA runtime
+        import torch  # first: libtutti_gpu.so then shares PyTorch's CUDA runtime
 
         from ..gpu._ffi import lib
         from ..gpu.store import GpuStore
@@ -238,7 +238,6 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
         if path == "host":
             store.attach("host")
         else:
-            import torch
             store.attach(path, device=torch.device(layout.device).index)
         return DeviceIO(store, layout, kv_caches, path)
     except BaseException:
