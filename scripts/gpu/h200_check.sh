@@ -3,12 +3,16 @@
 # C GPU tests (h200_run.sh --tests), then the Python GPU tests, each file under its own timeout,
 # with the store's gio data path included (TUTTI_TEST_STORE_GIO=1) and its waits bounded
 # (TUTTI_GIO_WAIT_TIMEOUT_S: a stuck layer fails with a state dump instead of holding the GPU).
-#   OUT=<dir> B=build/h200 scripts/gpu/h200_check.sh [pytest -k expression]
-# Logs: $OUT/check.log (summary), $OUT/test_gpu.log (C), $OUT/py_<file>.log (each Python file).
+#   OUT=<dir> B=build/h200 scripts/gpu/h200_check.sh [--bench] [pytest -k expression]
+# --bench: then the store-path benchmarks the store gio hang blocked: the connector's load through the
+# worker vs a bare transaction (staged, gio; RAM store) and a quick prefill through the store's gio path.
+# Logs: $OUT/check.log (summary), $OUT/test_gpu.log (C), $OUT/py_<file>.log (each Python file), $OUT/*.json.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu/out}
 B=${B:-build/h200}
+BENCH=0
+[ "${1:-}" = --bench ] && { BENCH=1; shift; }
 K=${1:-}
 mkdir -p "$OUT"
 say() { echo "== $*" | tee -a "$OUT/check.log"; }
@@ -33,5 +37,15 @@ for f in tests/test_gpu_store_py.py tests/test_worker_write_policy.py tests/test
 	say "$f: exit $r: $(tail -1 "$OUT/py_$n.log")"
 	[ $r -eq 0 ] || [ $r -eq 5 ] || fail=1
 done
+if [ $BENCH -eq 1 ]; then
+	for p in staged gio; do
+		timeout 200 python3 benchmarks/connector_load.py --data-path $p --dir /dev/shm --runs 3 \
+			--json "$OUT/connector_load_$p.json" >"$OUT/connector_load_$p.log" 2>&1
+		say "connector_load $p: exit $?: $(tail -1 "$OUT/connector_load_$p.log")"
+	done
+	timeout 300 python3 benchmarks/prefill.py run --quick --kv store --out "$OUT/prefill_store.json" \
+		>"$OUT/prefill_store.log" 2>&1
+	say "prefill --quick --kv store: exit $?: $(tail -1 "$OUT/prefill_store.log")"
+fi
 say "done in $(( $(date +%s) - t0 )) s: $([ $fail -eq 0 ] && echo ALL PASSED || echo FAILURES)"
 exit $fail
