@@ -111,14 +111,27 @@ def test_small_store_evicts_and_keeps_serving(vtmp, model, baseline, prompts, bl
         assert s.check()["bad"] == 0
 
 
-def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, block):
+def _gpu_lib_or_skip():
+    try:
+        from tutti.gpu._ffi import lib
+        lib()
+    except ImportError as e:
+        pytest.skip(f"libtutti_gpu.so not loadable (make gpu-lib; TUTTI_GPU_LIB): {e}")
+
+
+@pytest.mark.parametrize("data_path", ["cpu", "host"])
+def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, block, data_path):
     """The engine is SIGKILLed in the middle of a save (some layers of a step's blocks
     submitted, not committed): only blocks of completed steps are committed, every
-    committed block verifies, and a restarted engine serves correct outputs."""
-    path = os.path.join(vtmp, "crash", "kv.img")
+    committed block verifies, and a restarted engine serves correct outputs.  Both the
+    host-memory path and the GPU-memory code (GpuStore, on CPU tensors: "host")."""
+    if data_path == "host":
+        _gpu_lib_or_skip()
+    path = os.path.join(vtmp, f"crash-{data_path}", "kv.img")
     chunk = 4 * block  # chunked prefill: one save transaction per step of 4 blocks
     with pytest.raises(EngineFailed) as e:
-        run_engine(vtmp, "crash1", model=model, prompts=prompts[:1], store=path,
+        run_engine(vtmp, f"crash1-{data_path}", model=model, prompts=prompts[:1], store=path,
+                   extra={"data_path": data_path},
                    max_num_batched_tokens=chunk, env_extra={
                        # 2 layers per step: die after layer 0 of the second step's save
                        "TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS": "3"})
@@ -128,8 +141,8 @@ def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, 
     with Store.open([path], readonly=True, shared=True, engine="psync") as s:
         res = s.check()
         assert res["bad"] == 0 and res["checked"] == n_committed
-    r2 = run_engine(vtmp, "crash2", model=model, prompts=prompts[:1], store=path,
-                    max_num_batched_tokens=chunk)
+    r2 = run_engine(vtmp, f"crash2-{data_path}", model=model, prompts=prompts[:1], store=path,
+                    extra={"data_path": data_path}, max_num_batched_tokens=chunk)
     assert worker_stats(r2)["load_blocks"] == n_committed
     assert r2["outputs"] == baseline[:1]
 
@@ -150,11 +163,7 @@ def test_gpu_memory_worker_path_in_vllm(vtmp, model, warm_store, baseline, promp
     vLLM, moving bytes with its C reference path over CPU tensors (data_path "host"): it loads a
     store the CPU path wrote, and what it stores the CPU path loads, outputs identical throughout.
     (On a GPU the same code runs with the staged/gds/gio paths: tests/test_gpu_store_py.py.)"""
-    try:
-        from tutti.gpu._ffi import lib
-        lib()
-    except ImportError as e:
-        pytest.skip(f"libtutti_gpu.so not loadable (make gpu-lib; TUTTI_GPU_LIB): {e}")
+    _gpu_lib_or_skip()
     path, _ = warm_store
     d = os.path.join(vtmp, "gpu-path")
     os.makedirs(d, exist_ok=True)
