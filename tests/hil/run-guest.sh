@@ -27,9 +27,33 @@ esac
 MODE=${1:-all} CRASH_N=${2:-}
 N=0 PASS=0 FAIL=0
 
-ok()     { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - $*"; }
-not_ok() { N=$((N + 1)); FAIL=$((FAIL + 1)); echo "not ok $N - $*"; }
-skip()   { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - # SKIP $*"; }
+BEAT=/tmp/hil-beat	# the last result line (also from the pipeline subshells of prog)
+ok()     { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - $*"; echo "ok $N - $*" >"$BEAT"; }
+not_ok() { N=$((N + 1)); FAIL=$((FAIL + 1)); echo "not ok $N - $*"; echo "not ok $N - $*" >"$BEAT"; }
+skip()   { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - # SKIP $*"; echo "skip $N" >"$BEAT"; }
+
+# A step that hangs ends in the host's boot timeout with nothing said about why (CI saw one:
+# "hand A back to tutti" after the mounted-device refusal, on 6.1, once).  After HIL_STALL_S
+# (150) seconds without a result line, once: the processes and where they sleep on the
+# results port, blocked tasks and every CPU's backtrace (sysrq w, l) on the console.
+stall_watchdog() {
+	local quiet
+	while sleep 10; do
+		quiet=$(($(date +%s) - $(stat -c %Y "$BEAT" 2>/dev/null || date +%s)))
+		[ "$quiet" -ge "${HIL_STALL_S:-150}" ] || continue
+		echo "# HIL-STALL: no result for ${quiet}s; the last: $(head -c 300 "$BEAT")"
+		ps -eo pid,ppid,stat,wchan:32,etimes,args 2>/dev/null | awk '$2 != 2 && $1 != 2' | sed 's/^/# /'
+		echo 1 >/proc/sys/kernel/sysrq 2>/dev/null
+		echo w >/proc/sysrq-trigger 2>/dev/null
+		echo l >/proc/sysrq-trigger 2>/dev/null
+		echo "# HIL-STALL: blocked tasks and CPU backtraces are on the console log"
+		return
+	done
+}
+: >"$BEAT"
+stall_watchdog &
+WATCHDOG=$!
+trap 'kill $WATCHDOG 2>/dev/null' EXIT
 expect() { local d=$1; shift; if "$@" >/tmp/hil.out 2>&1; then ok "$d"; else not_ok "$d"; sed 's/^/# /' /tmp/hil.out; fi; }
 finish() {
 	echo "1..$N"
