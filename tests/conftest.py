@@ -9,6 +9,19 @@ import pytest
 
 from tutti import LLAMA3_8B, Fingerprint, Store
 
+@pytest.fixture
+def gpu_lib():
+    """libtutti_gpu.so loaded (tutti.gpu's ABI binding; make gpu-lib, TUTTI_GPU_LIB), or the test skips."""
+    from tutti.gpu import GpuLibraryMissing, lib
+
+    try:
+        return lib()
+    except GpuLibraryMissing as e:
+        pytest.skip(str(e))
+    except OSError as e:  # present but not loadable here (no CUDA runtime)
+        pytest.skip(f"libtutti_gpu.so not loadable: {e}")
+
+
 # A tiny model for tests that need many blocks or many stores: 4 KiB objects,
 # 32 KiB blocks.
 TINY = Fingerprint(model_id="tests/tiny", dtype="float16", n_layers=4, kv_heads=2, head_dim=64,

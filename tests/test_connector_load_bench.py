@@ -6,17 +6,13 @@ import pytest
 
 
 @pytest.mark.parametrize("data_path", ["cpu", "host"])
-def test_connector_load_benchmark_runs_on_cpu(tmp_path, data_path):
+def test_connector_load_benchmark_runs_on_cpu(tmp_path, data_path, request):
     """benchmarks/connector_load.py (worker vs bare transaction; staged on the GPU machine) works here."""
     import json
     import subprocess
     import sys
     if data_path == "host":
-        try:
-            from tutti.gpu._ffi import lib
-            lib()
-        except ImportError as e:
-            pytest.skip(f"libtutti_gpu.so not loadable: {e}")
+        request.getfixturevalue("gpu_lib")
     bench = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "connector_load.py")
     out = tmp_path / "res.json"
     res = subprocess.run([sys.executable, bench, "--data-path", data_path, "--prefix-tokens", "256", "--layers", "4",

@@ -224,20 +224,8 @@ def test_gpu_binding_layouts_match_the_headers(tmp_path):
     assert got == expect
 
 
-def _gpu_lib_or_skip():
-    from tutti.gpu import GpuLibraryMissing, lib
-
-    try:
-        lib()
-    except GpuLibraryMissing as e:
-        pytest.skip(str(e))
-    except OSError as e:  # present but not loadable here (no CUDA runtime)
-        pytest.skip(f"libtutti_gpu.so not loadable: {e}")
-
-
-def test_plan_geometry_is_the_formatted_stores(tmp_path):
+def test_plan_geometry_is_the_formatted_stores(tmp_path, gpu_lib):
     """tutti.gpu.plan_geometry (ABI binding of tt_store_plan) gives the geometry Store.format writes."""
-    _gpu_lib_or_skip()
     tutti_store = pytest.importorskip("tutti.store", reason="tutti._tutti extension not built")
     from tutti import LLAMA3_8B
     from tutti.gpu import plan_geometry
@@ -252,10 +240,9 @@ def test_plan_geometry_is_the_formatted_stores(tmp_path):
     assert need >= got.data_off + got.n_slots * got.slot_bytes // 2
 
 
-def test_harness_tutti_through_the_store_host_path(model, tmp_path):
+def test_harness_tutti_through_the_store_host_path(model, tmp_path, gpu_lib):
     """Mode tutti through StoreKV: a real store (records, checksums, per-block status) with the C reference
     data path over host memory, so the harness's store logic runs without a GPU."""
-    _gpu_lib_or_skip()
     from tutti.prefill.kvio import StoreKV, open_store
 
     T, blocks = 100, 64

@@ -166,15 +166,11 @@ def run(d, policy, lookahead=2, wait_layers=range(N_LAYERS), data_path="cpu"):
     return out
 
 
-def gpu_store_lib(data_path="host"):
-    """GpuStore needs libtutti_gpu.so (make gpu-lib; TUTTI_GPU_LIB); its GPU paths a CUDA device."""
+def gpu_store_lib(request, data_path):
+    """GpuStore needs libtutti_gpu.so (the gpu_lib fixture); its GPU paths a CUDA device."""
     if data_path != "host" and not torch.cuda.is_available():
         pytest.skip(f"data path {data_path}: needs a CUDA device")
-    try:
-        from tutti.gpu._ffi import lib
-        lib()
-    except ImportError as e:
-        pytest.skip(f"libtutti_gpu.so not loadable: {e}")
+    request.getfixturevalue("gpu_lib")
 
 
 # "cpu": tutti.Store into host memory; "host": tutti.gpu.GpuStore's data-path code on CPU tensors
@@ -185,9 +181,9 @@ DATA_PATHS = ["cpu", "host", "staged"]
 
 @pytest.mark.parametrize("data_path", DATA_PATHS)
 @pytest.mark.parametrize("lookahead", [1, 2, N_LAYERS])
-def test_slack_never_overlaps_and_stores_what_eager_stores(tmp_path, lookahead, data_path):
+def test_slack_never_overlaps_and_stores_what_eager_stores(tmp_path, lookahead, data_path, request):
     if data_path != "cpu":
-        gpu_store_lib(data_path)
+        gpu_store_lib(request, data_path)
     slack = run(str(tmp_path / "slack"), "slack", lookahead, data_path=data_path)
     eager = run(str(tmp_path / "eager"), "eager", lookahead, data_path=data_path)
     for r in (slack, eager):
@@ -223,11 +219,11 @@ def test_slack_never_overlaps_and_stores_what_eager_stores(tmp_path, lookahead, 
 
 
 @pytest.mark.parametrize("data_path", DATA_PATHS)
-def test_slack_load_left_open_is_finished_before_the_commit(tmp_path, data_path):
+def test_slack_load_left_open_is_finished_before_the_commit(tmp_path, data_path, request):
     """The model never waits for the last layer: wait_for_save finishes the load, then
     writes and commits the step's blocks; the unwaited load is reported for recompute."""
     if data_path != "cpu":
-        gpu_store_lib(data_path)
+        gpu_store_lib(request, data_path)
     r = run(str(tmp_path), "slack", wait_layers=range(N_LAYERS - 1), data_path=data_path)
     assert r["log"].violations() == []
     assert r["committed"] == set(keys("new"))

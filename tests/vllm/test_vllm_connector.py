@@ -111,22 +111,14 @@ def test_small_store_evicts_and_keeps_serving(vtmp, model, baseline, prompts, bl
         assert s.check()["bad"] == 0
 
 
-def _gpu_lib_or_skip():
-    try:
-        from tutti.gpu._ffi import lib
-        lib()
-    except ImportError as e:
-        pytest.skip(f"libtutti_gpu.so not loadable (make gpu-lib; TUTTI_GPU_LIB): {e}")
-
-
 @pytest.mark.parametrize("data_path", ["cpu", "host"])
-def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, block, data_path):
+def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, block, data_path, request):
     """The engine is SIGKILLed in the middle of a save (some layers of a step's blocks
     submitted, not committed): only blocks of completed steps are committed, every
     committed block verifies, and a restarted engine serves correct outputs.  Both the
     host-memory path and the GPU-memory code (GpuStore, on CPU tensors: "host")."""
     if data_path == "host":
-        _gpu_lib_or_skip()
+        request.getfixturevalue("gpu_lib")
     path = os.path.join(vtmp, f"crash-{data_path}", "kv.img")
     chunk = 4 * block  # chunked prefill: one save transaction per step of 4 blocks
     with pytest.raises(EngineFailed) as e:
@@ -158,12 +150,11 @@ def test_store_of_another_model_is_refused(vtmp, model, warm_store, prompts):
     assert "some/other-model" in e.value.log
 
 
-def test_gpu_memory_worker_path_in_vllm(vtmp, model, warm_store, baseline, prompts, block):
+def test_gpu_memory_worker_path_in_vllm(vtmp, model, warm_store, baseline, prompts, block, gpu_lib):
     """The worker's GPU-memory code (tutti.gpu.GpuStore, DeviceKV, per-layer marks) inside real
     vLLM, moving bytes with its C reference path over CPU tensors (data_path "host"): it loads a
     store the CPU path wrote, and what it stores the CPU path loads, outputs identical throughout.
     (On a GPU the same code runs with the staged/gds/gio paths: tests/test_gpu_store_py.py.)"""
-    _gpu_lib_or_skip()
     path, _ = warm_store
     d = os.path.join(vtmp, "gpu-path")
     os.makedirs(d, exist_ok=True)

@@ -33,26 +33,10 @@ class DataPathError(RuntimeError):
 
 
 class _Bound:
-    """A tutti.Store transaction with the memory map and block ids bound: ``layer(l)``."""
+    """A transaction whose ``layer(l)`` passes the same extra arguments every time (the rest as is)."""
 
-    def __init__(self, txn, memmap, ids):
-        self._t, self._mm, self._ids = txn, memmap, ids
-
-    def __getattr__(self, name):
-        return getattr(self._t, name)
-
-    def __len__(self):
-        return len(self._t)
-
-    def layer(self, layer):
-        return self._t.layer(layer, self._mm, self._ids)
-
-
-class _Ready:
-    """A GpuStore write transaction whose layers are submitted only when their KV is final."""
-
-    def __init__(self, txn):
-        self._t = txn
+    def __init__(self, txn, *args, **kw):
+        self._t, self._args, self._kw = txn, args, kw
 
     def __getattr__(self, name):
         return getattr(self._t, name)
@@ -61,7 +45,7 @@ class _Ready:
         return len(self._t)
 
     def layer(self, layer):
-        return self._t.layer(layer, ready=None)  # the worker waited for the layer's mark
+        return self._t.layer(layer, *self._args, **self._kw)
 
 
 class HostIO:
@@ -103,10 +87,7 @@ class DeviceIO:
         from ..gpu.store import DeviceKV
         self.store, self.path, self._torch = store, path, torch
         self.on_gpu = path != "host"
-        bases, strides = [], []
-        for lay in layout.layers:
-            bases += list(lay.bases)
-            strides += [lay.block_stride] * len(lay.bases)
+        bases, strides = layout.object_map()
         dev = torch.device(layout.device)
         self.kv = DeviceKV(bases, strides, n_layers=layout.n_layers, n_spans=layout.n_spans,
                            num_blocks=layout.num_blocks, obj_bytes=layout.span_bytes,
@@ -120,7 +101,8 @@ class DeviceIO:
         return self.store.read(slots, self.kv, ids)
 
     def write(self, keys, ids):
-        return _Ready(self.store.write(keys, self.kv, ids))
+        # ready=None: the worker submits a layer only once its mark (the model's kernels) completed.
+        return _Bound(self.store.write(keys, self.kv, ids), ready=None)
 
     def loaded(self, txn, layer):
         if self.on_gpu:

@@ -47,6 +47,15 @@ class KVLayout:
     def block_bytes(self):
         return self.n_layers * self.n_spans * self.span_bytes
 
+    def object_map(self):
+        """(bases, strides) per (layer, span) in the store's object order: object i of block b is at
+        ``bases[i] + b * strides[i]`` (a tt_memmap's arrays)."""
+        bases, strides = [], []
+        for lay in self.layers:
+            bases += lay.bases
+            strides += [lay.block_stride] * len(lay.bases)
+        return bases, strides
+
 
 def layer_layout(shape, strides, elem_size, data_ptr, num_blocks) -> LayerLayout:
     """Spans of one layer's tensor (shape and strides in elements)."""
@@ -131,11 +140,7 @@ class MemMap:
 
     def __init__(self, layout: KVLayout):
         from .._tutti import ffi
-        bases, strides = [], []
-        for lay in layout.layers:
-            for b in lay.bases:
-                bases.append(b)
-                strides.append(lay.block_stride)
+        bases, strides = layout.object_map()
         self._base = ffi.new("uint64_t[]", bases)
         self._stride = ffi.new("uint64_t[]", strides)
         self.memmap = ffi.new("struct tt_memmap *")

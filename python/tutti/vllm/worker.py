@@ -68,11 +68,6 @@ def _save_list(meta):
     return keys, ids
 
 
-def open_store(cfg, shape, rank, layout, kv_caches=None):
-    """This rank's store behind the data path its KV cache needs (datapath.open_io)."""
-    return open_io(cfg, shape, rank, layout, kv_caches or {}, log)
-
-
 class _Overlap:
     """Seconds during which a read and a write were both in flight on this worker's store.
 
@@ -142,7 +137,7 @@ class WorkerSide:
 
     def register_kv_caches(self, kv_caches, num_blocks):
         self.layout = from_kv_caches(kv_caches, num_blocks)
-        self.io = open_store(self.cfg, self.shape, self.rank, self.layout, kv_caches)
+        self.io = open_io(self.cfg, self.shape, self.rank, self.layout, kv_caches, log)
         self.store = self.io.store
         log.info("tutti: rank %d store %s, %s, %d slots", self.rank, self.store.paths,
                  self.io.name, self.store.geometry.n_slots)
