@@ -103,11 +103,6 @@ def bubble_onset(points: list[dict], threshold_s: float = 1e-3) -> tuple[float |
     return lo, hi
 
 
-STORE_HANG_WARNING = ("WARNING: --kv store: the store's gio path hung on the H200 in its first runs (a read never "
-                      "completed; docs/gpu.md, Known issues); the watchdog (--watchdog-s) ends a run that stops "
-                      "making progress. --kv gio is the path of the published numbers.")
-
-
 def command_line(args) -> str:
     """The command recorded in the results (and rendered into benchmarks.md)."""
     return ("python3 benchmarks/prefill.py run" + (" --quick" if args.quick else "")
@@ -249,8 +244,6 @@ KV_KINDS = {"gio": GioStore, "store": TuttiStore}
 def run(args):
     t_start = time.perf_counter()
     Store = KV_KINDS[args.kv]
-    if args.kv == "store":
-        print(STORE_HANG_WARNING, file=sys.stderr, flush=True)
     import torch
 
     from tutti import gpu

@@ -1,7 +1,6 @@
 """Layer-wise prefill on the GPU: raw gio_uring (GioKV), the store's gio path (StoreKV), harness modes, SM domains.
 
-The harness runs through GioKV (what the published numbers used); its StoreKV variant is skipped (it hung on
-the H200; TUTTI_TEST_STORE_GIO=1 runs it).
+The harness runs through GioKV (raw rings) and through StoreKV (a formatted store's gio path, GPU checksums).
 
 Skips without torch, a CUDA device or build/libtutti_gpu.so ($TUTTI_GPU_LIB).  Also runs without
 pytest (the GPU machine may not have it): python3 tests/test_prefill_gpu.py
@@ -19,9 +18,6 @@ except ImportError:  # standalone run
 
 class Skip(Exception):
     pass
-
-
-STORE_GIO_HANG = "the store's gio path hung here on the H200 (docs/gpu.md, Known issues)"
 
 
 def _skip(reason):
@@ -187,10 +183,7 @@ def test_harness_tutti_equals_hbm_on_gpu():
 def test_harness_tutti_equals_hbm_on_gpu_store():
     """Mode tutti through the store (gio path, GPU checksums verified per load) against hbm and recompute.
 
-    Skipped: hung on the H200 (a read through the store's gio path never completed).  Run it with
-    TUTTI_TEST_STORE_GIO=1 (under a timeout) when looking for the cause."""
-    if os.environ.get("TUTTI_TEST_STORE_GIO") != "1":
-        _skip(STORE_GIO_HANG)
+    It hung on the H200 until the emulated controller got its own hardware queues (docs/gpu.md)."""
     torch = _need_gpu()
     import shutil
 

@@ -8,7 +8,6 @@ differs is where the bytes live.  Needs two CUDA devices (the nvidia-h200-x2
 machine); CPU ranks are covered by test_tp_commit.py.
 """
 import json
-import os
 import signal
 
 import pytest
@@ -31,13 +30,7 @@ WORLD = 2
 KEYS = base.KEYS
 
 
-GIO_HANG = pytest.mark.skipif(
-    not os.environ.get("TUTTI_TEST_STORE_GIO"),
-    reason="the store's gio path hung on the H200 in tp_retrieve (docs/gpu.md, Known issues); "
-           "TUTTI_TEST_STORE_GIO=1 runs it")
-
-
-@pytest.mark.parametrize("path", ["staged", pytest.param("gio", marks=GIO_HANG)])
+@pytest.mark.parametrize("path", ["staged", "gio"])
 def test_shards_written_from_hbm_read_back_into_hbm_bit_exact(tmp_path, path):
     base.format_stores(tmp_path, WORLD)
     outs = base.wait_all(base.spawn(tmp_path, WORLD, "write", keys=",".join(map(str, KEYS)),

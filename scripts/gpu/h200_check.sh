@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU test in one call on the lent H200 (a device session is short: one call, one report):
 # C GPU tests (h200_run.sh --tests), then the Python GPU tests, each file under its own timeout,
-# with the store's gio data path included (TUTTI_TEST_STORE_GIO=1) and its waits bounded
+# with the store's gio data path's waits bounded
 # (TUTTI_GIO_WAIT_TIMEOUT_S: a stuck layer fails with a state dump instead of holding the GPU).
 #   OUT=<dir> B=build/h200 scripts/gpu/h200_check.sh [--bench] [pytest -k expression]
 # --bench: then the store-path benchmarks the store gio hang blocked: the connector's load through the
@@ -26,7 +26,7 @@ grep '^not ok\|Bail out' "$OUT/test_gpu.log" 2>/dev/null | head -20 | tee -a "$O
 
 # shellcheck source=scripts/gpu/h200_pyext.sh
 source scripts/gpu/h200_pyext.sh || { say "tutti._tutti did not build"; exit 1; }
-export TUTTI_GPU_LIB=$PWD/$B/libtutti_gpu.so PYTHONUNBUFFERED=1 TUTTI_TEST_STORE_GIO=1 TUTTI_GIO_WAIT_TIMEOUT_S=20
+export TUTTI_GPU_LIB=$PWD/$B/libtutti_gpu.so PYTHONUNBUFFERED=1 TUTTI_GIO_WAIT_TIMEOUT_S=20
 fail=$c
 python3 -m tutti.cli gpu >"$OUT/admin_gpu.txt" 2>&1
 say "tutti-admin gpu: exit $? ($OUT/admin_gpu.txt)"

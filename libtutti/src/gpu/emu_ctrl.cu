@@ -451,6 +451,9 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	    (p->backing == TT_EMU_FILE && !p->fds) ||
 	    p->backing < TT_EMU_NULL || p->backing > TT_EMU_FILE)
 		return -EINVAL;
+	rc = tt_emu_check_hw_queues();
+	if (rc)
+		return rc;
 	c = new (std::nothrow) tt_emu();
 	if (!c)
 		return -ENOMEM;

@@ -261,6 +261,8 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members, uint64_t membe
                   struct tt_geometry *geo, uint64_t *need_bytes);
 
 int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out);
+int tt_gpu_hw_queues(void);
+int tt_emu_check_hw_queues(void);
 void tt_emu_close(struct tt_emu *c);
 const struct tt_gio_qmem *tt_emu_qmem(const struct tt_emu *c);
 void tt_emu_caps(const struct tt_emu *c, struct tt_nvme_xfer_caps *caps);

@@ -501,6 +501,7 @@ class GpuStore(_cstore.BlockMethods):
                 p.n_queues, p.depth, p.n_threads = n_queues, depth, n_threads
                 p.prp_only, p.warps_per_queue, p.rate_gbps = int(prp_only), warps_per_queue, rate_gbps
                 out = ffi.new("struct tt_gio_path **")
+                _check(lib().tt_emu_check_hw_queues(), "data path gio")
                 _check(lib().tt_gio_path_open_emu(self._h, p, out), "data path gio")
                 self._path = ("gio", out[0])
             else:
