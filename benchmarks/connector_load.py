@@ -24,6 +24,7 @@ import time
 
 import torch
 
+import tutti.gpu  # noqa: F401,E402 - before CUDA starts: it asks CUDA for the hardware queues the gio path needs
 from tutti.vllm.config import ModelShape, TuttiConfig  # noqa: E402
 from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402
 from tutti.vllm.stats import TuttiStats  # noqa: E402

@@ -72,3 +72,33 @@ def test_admin_gpu_reports_a_user_setting_below_32(queues):
                               "detail": "CUDA_DEVICE_MAX_CONNECTIONS=8: the gio path's emulated controller needs 32"}
     assert s["paths"]["gio"]["ready"] is False
     assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in s["paths"]["gio"]["missing"]
+
+
+ORDER_SCRIPT = """
+import errno, sys
+import torch
+if sys.argv[1] == "cuda-first":
+    torch.zeros(1, device="cuda")  # the context exists before libtutti is loaded
+from tutti.gpu import EmulatedController, lib
+try:
+    EmulatedController(n_ns=1, ns_bytes=1 << 20, n_queues=2, depth=64, n_threads=1).close()
+    print("opened with", lib().tt_gpu_hw_queues(), "queues")
+except OSError as e:
+    print("refused", errno.errorcode[e.errno], e)
+"""
+
+
+@pytest.mark.parametrize("order,want", [("tutti-first", "opened with 32 queues"), ("cuda-first", "refused EDEADLK")])
+def test_on_gpu_the_request_is_in_time_or_the_controller_refuses(gpu_lib, order, want):
+    """On a GPU: importing tutti.gpu before CUDA starts gets 32 queues; starting CUDA first is refused, not hung."""
+    import os
+    import subprocess
+    import sys
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_DEVICE_MAX_CONNECTIONS", "TUTTI_EMU_SHARED_QUEUES")}
+    r = subprocess.run([sys.executable, "-c", ORDER_SCRIPT, order], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert want in r.stdout, r.stdout + r.stderr

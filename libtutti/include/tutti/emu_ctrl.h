@@ -176,8 +176,8 @@ void tt_emu_get_stats(const struct tt_emu *c, struct tt_emu_stats *st);
 uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q);
 
 /**
- * tt_emu_n_streams() - CUDA streams the controller created (its threads'
- * batches: n_threads * batches in flight per thread)
+ * tt_emu_n_streams() - CUDA streams the controller created (one per
+ * thread)
  * @c: controller
  */
 unsigned tt_emu_n_streams(const struct tt_emu *c);

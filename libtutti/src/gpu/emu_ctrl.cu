@@ -11,8 +11,8 @@
 // A thread serves queues q, q + n_threads, ...
 //
 // Data movement: what one fetch takes from a queue is a batch; all its
-// copies go to the copy engines in one cudaMemcpyBatchAsync on the batch's
-// own stream, followed by an event. A thread keeps up to EMU_INFLIGHT
+// copies go to the copy engines in one cudaMemcpyBatchAsync on its thread's
+// stream, followed by the batch's event. A thread keeps up to EMU_INFLIGHT
 // batches in flight and posts their CQEs in fetch order once the event says
 // the data landed, so it keeps fetching while the DMA runs. TUTTI_EMU_COPY
 // picks the copy path: "batch" (default), "each" (one cudaMemcpyAsync per
@@ -211,7 +211,7 @@ static int emu_reap(struct tt_emu *e, emu_worker &w)
 
 // The CUDA calls a controller thread makes once running are only these:
 // cudaMemcpyBatchAsync / cudaMemcpyAsync and cudaEventRecord on its own
-// non-blocking streams, and rate-limited cudaEventQuery (cudaStreamSynchronize
+// non-blocking stream, and rate-limited cudaEventQuery (cudaStreamSynchronize
 // on such a stream in the "sync" mode and for oversized file commands).
 // Streams, events and bounce buffers are made in tt_emu_open(): no
 // allocation, no legacy-stream call, nothing that waits for the device,
@@ -293,9 +293,11 @@ static bool emu_need_bounce(const struct tt_emu *e)
 
 static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 {
+	if (cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking) != cudaSuccess)
+		return -EIO;
 	for (emu_batch &b : w.b) {
-		if (cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking) != cudaSuccess ||
-		    cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess)
+		b.stream = w.stream;
+		if (cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess)
 			return -EIO;
 		if (emu_need_bounce(e) &&
 		    cudaHostAlloc((void **)&b.bounce, EMU_SLOT_BOUNCE, cudaHostAllocDefault) !=
@@ -319,17 +321,18 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	c->stop.store(true);
 	for (std::thread &t : c->threads)
 		t.join();
-	for (emu_worker &w : c->workers)
+	for (emu_worker &w : c->workers) {
+		if (w.stream) {
+			cudaStreamSynchronize(w.stream);	// a stop mid-batch
+			cudaStreamDestroy(w.stream);
+		}
 		for (emu_batch &b : w.b) {
-			if (b.stream) {
-				cudaStreamSynchronize(b.stream);	// a stop mid-batch
-				cudaStreamDestroy(b.stream);
-			}
 			if (b.done)
 				cudaEventDestroy(b.done);
 			if (b.bounce)
 				cudaFreeHost(b.bounce);
 		}
+	}
 	for (emu_q *q : c->qs) {
 		if (q->mem)
 			cudaFreeHost(q->mem);
@@ -612,7 +615,7 @@ extern "C" uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q)
 
 extern "C" unsigned tt_emu_n_streams(const struct tt_emu *c)
 {
-	return c ? (unsigned)c->workers.size() * EMU_INFLIGHT : 0;
+	return c ? (unsigned)c->workers.size() : 0;
 }
 
 #include "emu_dump.cuh"

@@ -66,7 +66,7 @@ struct emu_batch {
 	std::vector<emu_ext> ext;
 	std::vector<void *> dst, src;	// the copies, reads (to the GPU) first
 	std::vector<size_t> len;
-	cudaStream_t stream = nullptr;	// own stream: batches overlap on the CEs
+	cudaStream_t stream = nullptr;	// its thread's stream (emu_worker::stream)
 	cudaEvent_t done = nullptr;
 	char *bounce = nullptr;		// TT_EMU_FILE: EMU_SLOT_BOUNCE bytes
 	bool pending = false;		// done recorded, not yet seen complete
@@ -77,6 +77,11 @@ struct emu_batch {
 // A controller thread's batches, a FIFO so CQEs go out in fetch order.
 struct emu_worker {
 	emu_batch b[EMU_INFLIGHT];
+	// One stream for all its batches: each stream may share a CUDA
+	// hardware queue with a kernel spinning for our completions
+	// (hw_queues.cu), so the fewer the better; batches still overlap
+	// the thread's fetching, and the threads' streams the copy engines.
+	cudaStream_t stream = nullptr;
 	unsigned head = 0, n = 0;
 	unsigned rr = 0;		// queue to look at first next round
 	uint64_t next_poll_ns = 0;

@@ -10,6 +10,7 @@ import ctypes
 import os
 
 import click
+from rich.markup import escape
 
 from .app import main
 from .common import EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, _emit_json, make_console
@@ -125,7 +126,7 @@ def gpu_cmd(require, as_json):
             con.print(f"  cuda:{d['index']}  {d['name']}, {d['memory_gib']} GiB, {d['sms']} SMs", markup=False)
         con.print(f"cuFile            {mark[s['cufile']['ok']]}  {s['cufile']['detail']}")
         con.print(f"green contexts    {mark[s['green_contexts']['ok']]}  {s['green_contexts']['detail']}")
-        con.print(f"hardware queues   {mark[s['hw_queues']['ok']]}  {s['hw_queues']['detail']}", markup=False)
+        con.print(f"hardware queues   {mark[s['hw_queues']['ok']]}  {escape(s['hw_queues']['detail'])}")
         for name, p in s["paths"].items():
             state = "[green]ready[/green]" if p["ready"] else "[red]not ready[/red]: needs " + ", ".join(p["missing"])
             con.print(f"data path {name:<7} {state}  ({p['what']})")
