@@ -3,6 +3,7 @@
 """File store into HBM: staged (pread, mapped) and GDS data paths vs the CPU file engine.
 
   gpu_file_hbm.py run --bin build/gpu/gpu_file_hbm --out results.json [--disk-dir DIR] [--budget S] [--quick]
+                      [--kinds ram,disk] [--runs N] [--rounds K]
       on the GPU machine: a RAM-backed store (/dev/shm), 32K then 8K tokens,
       then one on the disk (O_DIRECT, page cache dropped before every run)
       while the budget lasts; every measurement of every run is kept in the
@@ -49,11 +50,18 @@ def run(args):
     ]
     if args.quick:
         configs = [("ram", "/dev/shm/tt_file_hbm.img", 32768, ["--buffered", "--modes", "h2d,staged,mapped"])]
+    kinds = set(args.kinds.split(","))
+    if not kinds <= {"ram", "disk"}:
+        raise SystemExit(f"--kinds {args.kinds}: ram, disk or both")
+    configs = [c for c in configs if c[0] in kinds]
     t_end = time.time() + args.budget
     results, skips, logs, infos = [], [], [], []
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "command": "python3 benchmarks/gpu_file_hbm.py run --bin " + args.bin,
+        "command": "python3 benchmarks/gpu_file_hbm.py run --bin " + args.bin
+                   + (f" --kinds {args.kinds}" if args.kinds != "ram,disk" else "")
+                   + (f" --runs {args.runs}" if args.runs != 3 else "")
+                   + (f" --rounds {args.rounds}" if args.rounds != 1 else ""),
         "gpu": sh("nvidia-smi --query-gpu=name,driver_version --format=csv,noheader"),
         "cpus": os.cpu_count(),
         "cpu_model": sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
@@ -81,7 +89,8 @@ def run(args):
             continue
         # A hung path (e.g. cuFile) must not eat the later configurations' time.
         left = min(left, args.config_limit)
-        cmd = [args.bin, "--store", path, "--tokens", str(tokens), "--runs", str(args.runs)] + extra
+        cmd = [args.bin, "--store", path, "--tokens", str(tokens), "--runs", str(args.runs),
+               "--rounds", str(args.rounds)] + extra
         if args.threads:
             cmd += ["--threads", str(args.threads)]
         print("#", " ".join(cmd), flush=True)
@@ -135,7 +144,7 @@ def render_section(data):
     L += [f"Measured {m['date']} with:", "", "```",
           "OUT=$OUT BUDGET=380 benchmarks/gpu_file_hbm_run.sh   # builds, gds_abi_check, test_gpu_staged, then:",
           m["command"], "```", ""]
-    gpus = m["gpu"].splitlines()
+    gpus = m["gpu"].splitlines() or ["no GPU found (nvidia-smi)"]
     gpu = gpus[0] + (f" (× {len(gpus)} on the machine; one used)" if len(gpus) > 1 else "")
     L.append(f"- Machine: {gpu}; {m['cpus']} CPUs ({m['cpu_model'].strip()}), {m['mem']} RAM; "
              f"Linux {m['kernel']}; {m['nvcc']}")
@@ -294,7 +303,10 @@ def main():
     r.add_argument("--bin", default="build/gpu/gpu_file_hbm")
     r.add_argument("--out", default="build/gpu/out/gpu_file_hbm.json")
     r.add_argument("--disk-dir", default=None, help="folder on the disk to measure (default: next to --out)")
-    r.add_argument("--runs", type=int, default=3)
+    r.add_argument("--runs", type=int, default=3, help="runs of a mode in a row")
+    r.add_argument("--rounds", type=int, default=1,
+                   help="all modes' runs this many times over, interleaved (a virtual disk's speed drifts)")
+    r.add_argument("--kinds", default="ram,disk", help="stores to measure: ram, disk or both")
     r.add_argument("--threads", type=int, default=0)
     r.add_argument("--budget", type=float, default=200, help="seconds for all configurations")
     r.add_argument("--config-limit", type=float, default=150, help="seconds for one configuration at most")

@@ -4,6 +4,7 @@
 # then the benchmark within what is left of BUDGET seconds. Results: $OUT.
 #   OUT=build/h200/out BUDGET=300 benchmarks/gpu_file_hbm_run.sh
 #   QUICK=1: the test, then one RAM-backed 32K store: h2d, staged, mapped
+#   arguments go to gpu_file_hbm.py run, e.g. --kinds disk --runs 1 --rounds 5
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
@@ -50,7 +51,7 @@ grep -E "^not ok|^1\.\.|Bail|signal|hung|mapped: |pread: " "$OUT/test_gpu_staged
 LEFT=$(( BUDGET - ($(date +%s) - T0) ))
 echo "benchmark budget ${LEFT} s"
 PYTHONUNBUFFERED=1 python3 benchmarks/gpu_file_hbm.py run --bin $B/gpu_file_hbm --out "$OUT/gpu_file_hbm.json" \
-	--disk-dir "$DISK" --budget $LEFT ${QUICK:+--quick} >"$OUT/bench.log" 2>&1
+	--disk-dir "$DISK" --budget $LEFT ${QUICK:+--quick} "$@" >"$OUT/bench.log" 2>&1
 echo "bench exit $? after $(( $(date +%s) - T0 )) s"
 # cuFile's logs say why it refused a file; their names do not travel back.
 for f in "$OUT"/cufile_*.log cufile.log; do [ -f "$f" ] && tail -c 50000 "$f" >>"$OUT/cufile_all.log" && rm -f "$f"; done
