@@ -72,6 +72,7 @@ def run(args):
         "shm": sh("df -T /dev/shm | tail -1"),
         "cufile": sh("ls /usr/local/cuda*/lib64/libcufile.so* /usr/lib/x86_64-linux-gnu/libcufile.so* 2>/dev/null | head -3 | tr '\\n' ' '"),
         "logs": logs,
+        "rounds": args.rounds,
     }
     data = {"meta": meta, "results": results, "skips": skips, "infos": infos}
 
@@ -138,9 +139,9 @@ def fmt(x, spec=".2f"):
     return "—" if x is None else format(x, spec)
 
 
-def render_section(data):
+def render_section(data, title=TITLE):
     m, res = data["meta"], data["results"]
-    L = [f"## {TITLE}", ""]
+    L = [f"## {title}", ""]
     L += [f"Measured {m['date']} with:", "", "```",
           "OUT=$OUT BUDGET=380 benchmarks/gpu_file_hbm_run.sh   # builds, gds_abi_check, test_gpu_staged, then:",
           m["command"], "```", ""]
@@ -195,7 +196,11 @@ def render_section(data):
                      + ("—" if not ex else "yes" if all(ex) else "NO") + " |")
             if mode in PATHS:
                 ceil = min(mg["raw"], mg["h2d"]) if mg.get("raw") and mg.get("h2d") else None
-                ratios[(kind, tokens, mode)] = (mg[mode], mg[mode] / ceil if ceil else None)
+                # Per run against raw's run of the same number (with --rounds, the same round):
+                # a disk whose speed drifts moves both.
+                raw_run = {r["run"]: r["gbps"] for r in by.get("raw", [])}
+                paired = [r["gbps"] / raw_run[r["run"]] for r in rs if raw_run.get(r["run"])]
+                ratios[(kind, tokens, mode)] = (mg[mode], mg[mode] / ceil if ceil else None, paired)
     L.append("")
     # Where a RAM-backed store's time goes: file side, bus, both, the path.
     notes = []
@@ -272,12 +277,20 @@ def render_section(data):
         L.append("")
     L.append("| Target | Measured | Met |")
     L.append("|---|---|---|")
-    for (kind, tokens, mode), (gbps, vs_ceiling) in sorted(ratios.items()):
+    rounds = m.get("rounds") or int((re.findall(r"--rounds (\d+)", m["command"]) or ["1"])[0])
+    for (kind, tokens, mode), (gbps, vs_ceiling, paired) in sorted(ratios.items()):
         if mode == "gds" or (kind != "ram" and (mode != "staged" or vs_ceiling is None)):
             continue
         if kind == "ram":
             L.append(f"| {mode}, RAM-backed store → HBM ≥ 40 GB/s ({tokens} tokens) | {gbps:.2f} GB/s | "
                      f"{'yes' if gbps >= 40 else 'no'} |")
+        elif rounds > 1 and len(paired) > 1:
+            # Interleaved rounds: judged on the median of the per-round ratios.
+            pm = med(paired)
+            L.append(f"| staged, disk → HBM ≥ 0.95 × min(raw O_DIRECT read, h2d) ({tokens} tokens) | "
+                     f"{pm:.2f} (median of the rounds' staged/raw: "
+                     + " / ".join(f"{x:.2f}" for x in paired)
+                     + f"; ratio of the medians {vs_ceiling:.2f}) | {'yes' if pm >= 0.95 else 'no'} |")
         else:
             L.append(f"| staged, disk → HBM ≥ 0.95 × min(raw O_DIRECT read, h2d) ({tokens} tokens) | "
                      f"{vs_ceiling:.2f} | {'yes' if vs_ceiling >= 0.95 else 'no'} |")
@@ -288,11 +301,11 @@ def render_section(data):
 def render(args):
     with open(args.json) as f:
         data = json.load(f)
-    sec = render_section(data)
+    sec = render_section(data, args.title)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     from tutti.bench.report import replace_section  # imports without the cffi extension
 
-    replace_section(args.doc, TITLE, sec)
+    replace_section(args.doc, args.title, sec)
     print(sec)
 
 
@@ -315,6 +328,7 @@ def main():
     d = sub.add_parser("render")
     d.add_argument("--json", required=True)
     d.add_argument("--doc", default="docs/benchmarks.md")
+    d.add_argument("--title", default=TITLE, help="the section it writes (another title: a section of its own)")
     d.set_defaults(fn=render)
     a = ap.parse_args()
     a.fn(a)
