@@ -10,15 +10,14 @@
 // commands, and the controller completes them with copies it queues on its
 // own streams: a copy that lands in the same hardware queue behind a
 // spinning kernel, or behind a stream waiting for one, never runs, and the
-// kernel never ends. Seen on the H200 (docs/gpu.md): default 8 queues, the
-// store's gio path with 2 members and 16 controller streams hung on every
-// run; with 32 it never did. A real controller moves data itself, so only
-// the emulated one needs this.
+// kernel never ends. Seen on the H200 (docs/gpu.md): with the default 8
+// queues the store's gio path hung (copies pending for 20 s, controller
+// idle); the same binaries with 32 did not, with 1 at once. A real
+// controller moves data itself, so only the emulated one needs this.
 //
 // So: at load, libtutti asks for 32 queues when nobody chose and no
 // context exists yet (then the request is in time); tt_emu_open() refuses,
 // with the reason, when the queues it gets are fewer.
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
