@@ -482,16 +482,15 @@ static int gp_preload(cudaStream_t s)
 // the hardware work queues they share (CUDA_DEVICE_MAX_CONNECTIONS).
 static void gp_log_streams(const struct tt_gio_path *p, const struct tt_emu *emu)
 {
-	const char *mc = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
 	unsigned ce = emu ? tt_emu_n_streams(emu) : 0, n = 2 + ce;
-	long conn = mc && *mc ? std::strtol(mc, nullptr, 10) : 8;
+	int conn = tt_gpu_hw_queues();
 
 	std::fprintf(stderr, "tutti gio_path: streams: path 2 (io, sum)%s%u = %u, "
-		     "CUDA_DEVICE_MAX_CONNECTIONS %ld%s: %s; CUDA_MODULE_LOADING=%s; wait timeout "
-		     "%s\n", emu ? " + its emulated controller " : " (no controller of its own) + ",
-		     ce, n, conn, mc ? "" : " (unset, default)",
-		     (long)n > conn ? "streams share hardware queues (false dependencies possible)"
-				    : "one hardware queue each at most",
+		     "CUDA hardware queues %d (CUDA_DEVICE_MAX_CONNECTIONS=%s): %s; CUDA_MODULE_LOADING=%s; "
+		     "wait timeout %s\n", emu ? " + its emulated controller " : " (no controller of its own) + ",
+		     ce, n, conn, gp_env("CUDA_DEVICE_MAX_CONNECTIONS", "(unset)"),
+		     (int)n > conn ? "streams share hardware queues (false dependencies possible)"
+				   : "one hardware queue each at most",
 		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"),
 		     p->wait_timeout_s > 0 ? "on" : "off (TUTTI_GIO_WAIT_TIMEOUT_S unset)");
 	std::fflush(stderr);
