@@ -243,7 +243,7 @@ boot() {
 		CHILD=
 		set -e
 		[ "$try" -lt "$BOOT_RETRIES" ] || return 0
-		if [ "$BOOT_RC" -eq 125 ] && ! tr -d '\r' <"$d/$tag.results.log" 2>/dev/null | grep -q '^HIL-INIT'; then
+		if [ "$BOOT_RC" -eq 125 ] && ! grep -q '^HIL-INIT' "$d/$tag.results.log" 2>/dev/null; then
 			why=no-init
 		elif [ "$BOOT_RC" -eq 124 ] && [ "$phase" != verify ]; then
 			why=timeout
@@ -323,7 +323,9 @@ for kver in "${KVERS[@]}"; do
 	want=$CRASH
 	if [ "$want" = auto ]; then
 		want=0
-		tr -d '\r' <"$HIL_BUILD/logs/$kver/main.results.log" | grep -q '^HIL-REQUEST crash-reboot' && want=1
+		# grep the file itself: under pipefail, `tr | grep -q` fails when grep's early exit
+		# SIGPIPEs tr, and the crash phase was skipped without a word (seen in CI).
+		grep -q '^HIL-REQUEST crash-reboot' "$HIL_BUILD/logs/$kver/main.results.log" && want=1
 	fi
 	[ "$want" = 1 ] || continue
 	for r in $(seq "$ROUNDS"); do
