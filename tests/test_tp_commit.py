@@ -241,6 +241,37 @@ def test_commit_positions_align_a_reordered_transaction_with_the_group(tmp_path,
                 commit(s.write(names), width=3, positions=bad)
 
 
+def test_finish_that_fails_after_committing_is_rolled_back_here(tmp_path, monkeypatch):
+    """finish() raising after its records went out (a table write failing late): the peers see
+    "not committed here" and drop theirs, so this rank drops whatever it did commit."""
+    tc = sys.modules["tutti.tp.commit"]
+    format_stores(tmp_path, 1)
+    fp = shard_fingerprint(tr.MODEL, 0, 1)
+    votes = []
+
+    def agree(flags, group=None):
+        votes.append(list(flags))
+        return list(flags)
+    monkeypatch.setattr(tc, "agree", agree)
+    with Store.open([tr.store_path(tmp_path, 0)], expect=fp) as s:
+        buf = PagedBuffer.for_geometry(s.geometry, 2)
+        buf.fill_random(range(2), 3)
+        names = [tr.key_name(k) for k in (0, 1)]
+        txn = s.write(names)
+        for layer in range(tr.MODEL.n_layers):
+            txn.layer(layer, buf, [0, 1])
+        real_finish = txn.finish
+
+        def finish_then_fail():
+            real_finish()
+            raise OSError(5, "slot table write failed")
+        txn.finish = finish_then_fail
+        assert commit(txn, width=2) == [False, False]
+        assert votes == [[True, True], [False, False]]  # the peers are told: not committed here
+        assert s.lookup(names) == [None, None]           # and nothing stays committed here
+        assert s.committed() == {}
+
+
 def test_prepared_write_is_invisible_until_finished(tmp_path):
     format_stores(tmp_path, 1)
     path = tr.store_path(tmp_path, 0)

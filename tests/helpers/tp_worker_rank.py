@@ -123,18 +123,57 @@ def cmd_loadsave(args):
                       "stats": w.stats.data}))
 
 
+def cmd_poison(args):
+    """A load fails on rank --fail-rank only: the key of step A's block 1 is gone from its store
+    (a stale index).  Step 1 loads A and computes B, step 2 (scheduled before the scheduler heard
+    of it: no acknowledgement) computes C, step 3 (acknowledged) computes D.  Prints per step
+    the keys committed on this rank and the load errors."""
+    w, kv, (first, end) = make_worker(args)
+    a, b, c, d = map(int, args.steps.split(","))
+    ids = list(range(BLOCKS_PER_STEP))
+    load_ids = [BLOCKS_PER_STEP + i for i in range(BLOCKS_PER_STEP)]
+    plan = [TuttiMetadata(saves=[BlockTransfer(f"req{a}", step_keys(a), ids)], step=1),
+            TuttiMetadata(loads=[BlockTransfer(f"req{a}", step_keys(a), load_ids)],
+                          saves=[BlockTransfer(f"req{b}", step_keys(b), ids)], step=2),
+            TuttiMetadata(saves=[BlockTransfer(f"req{c}", step_keys(c), ids)], step=3),
+            TuttiMetadata(saves=[BlockTransfer(f"req{d}", step_keys(d), ids)], step=4,
+                          acked={args.fail_rank: 1})]
+    out = []
+    for i, meta in enumerate(plan):
+        if i == 1 and args.rank == args.fail_rank:
+            w.store.invalidate(w.store.lookup([step_keys(a)[1]]))
+        ref = reference([a, b, c, d][i])
+        w.start_load(meta)
+        for l in range(N_LAYERS):
+            w.wait_layer(layer_name(l))
+            kv[layer_name(l)][ids] = ref[l, :, first:end]
+            w.save_layer(meta, layer_name(l))
+        w.finish_save(meta)
+        errors = sorted(w.take_load_errors())
+        wm = w.take_worker_meta()
+        saved = set(meta.saves[0].keys)
+        out.append({"committed": sorted(ev.key.decode() for ev in (wm.events if wm else [])
+                                        if ev.key in saved),
+                    "errors": errors,
+                    "failures": [f.seq for f in (wm.failures if wm else [])]})
+    w.close()
+    print(json.dumps(out))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["save", "load", "loadsave"])
+    ap.add_argument("mode", choices=["save", "load", "loadsave", "poison"])
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--rdv", required=True)
     ap.add_argument("--steps", default="0")
+    ap.add_argument("--fail-rank", type=int, default=1)
     args = ap.parse_args()
     dist.init_process_group("gloo", init_method=f"file://{args.rdv}", rank=args.rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=30))
-    {"save": cmd_save, "load": cmd_load, "loadsave": cmd_loadsave}[args.mode](args)
+    {"save": cmd_save, "load": cmd_load, "loadsave": cmd_loadsave,
+     "poison": cmd_poison}[args.mode](args)
     dist.destroy_process_group()
 
 

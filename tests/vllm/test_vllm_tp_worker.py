@@ -129,3 +129,28 @@ def test_tp_load_and_save_in_one_step_commit_everywhere(tmp_path):
         assert r["stats"].get("rw_overlap_s", 0) == 0
     h = held(d)
     assert h[0] == h[1] and len(h[0]) == 2 * wr.BLOCKS_PER_STEP
+
+
+def test_tp_failed_load_on_one_rank_commits_nothing_computed_over_it(tmp_path):
+    """Rank 1's load fails (its copy of a key is gone); rank 0's succeeds.  Every rank computed
+    step 1's blocks over the bad block (attention spans all heads' outputs), and step 2 was
+    scheduled before the scheduler heard of it: neither is committed on any rank.  Once the
+    scheduler's metadata acknowledges the failure (step 3), saves are committed again."""
+    d = str(tmp_path)
+    out = run_ranks(d, "poison", [10, 11, 12, 13])
+    for rc, _, err in out:
+        assert rc == 0, err[-3000:]
+    steps = [json.loads(o) for _, o, _ in out]
+    names = lambda s: sorted(k.decode() for k in wr.step_keys(s))  # noqa: E731
+    for r in range(WORLD):
+        assert steps[r][0]["committed"] == names(10)
+        assert steps[r][1]["committed"] == [], f"rank {r} committed step 1's blocks"
+        assert steps[r][2]["committed"] == [], f"rank {r} committed step 2's blocks"
+        assert steps[r][3]["committed"] == names(13)
+    assert steps[1][1]["errors"] == [wr.BLOCKS_PER_STEP + 1] and steps[0][1]["errors"] == []
+    assert steps[1][1]["failures"] == [1] and steps[1][2]["failures"] == [1]  # sent until acked
+    assert steps[1][3]["failures"] == []
+    poisoned = {wr.step_keys(s)[i] for s in (11, 12) for i in range(wr.BLOCKS_PER_STEP)}
+    from tutti import key_from_bytes
+    for r, keys in enumerate(held(d)):
+        assert not keys & {key_from_bytes(k) for k in poisoned}, f"rank {r} holds a poisoned block"

@@ -103,11 +103,13 @@ def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
     _call(hook, "agreed")
     try:
         final = txn.finish()
+        fresh = [rc == 0 and not txn.present[i] for i, rc in enumerate(final)]
     except Exception as e:  # noqa: BLE001 - records may be half written: treat as not committed
         log.warning("tutti.tp: committing %d blocks failed: %s", n, e)
         final = [-errno.EIO] * n
+        # Some may be committed here all the same: the peers drop theirs, so drop them too.
+        fresh = [everywhere[pos[i]] and not txn.present[i] for i in range(n)]
     _call(hook, "committed")
-    fresh = [rc == 0 and not txn.present[i] for i, rc in enumerate(final)]
     try:
         done = agree(spread([rc == 0 for rc in final]), group)
     except GroupError:

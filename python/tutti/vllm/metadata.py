@@ -4,6 +4,12 @@ Loads and saves name blocks by *key* (model prefix + vLLM's chained block
 hash), never by slot: a worker looks every key up in its own store right
 before reading, so a slot reused since the scheduler last heard of it can
 never be served under the wrong key.
+
+Failed loads travel both ways (see worker.py, "Failed loads"): a worker reports
+each step whose load failed (``LoadFailure``, resent until acknowledged) and
+commits nothing until the scheduler's metadata acknowledges it (``acked``);
+from then on the scheduler's own taint tracking (taint.py) keeps saves of
+anything computed over a bad block out of the steps it builds.
 """
 from dataclasses import dataclass, field
 
@@ -25,6 +31,7 @@ class BlockTransfer:
     req_id: str
     keys: list
     block_ids: list
+    first: int = 0   # saves: index in the request's blocks of keys[0] (a retry starts there)
 
 
 @dataclass
@@ -33,6 +40,8 @@ class TuttiMetadata(KVConnectorMetadata):
 
     loads: list = field(default_factory=list)   # BlockTransfer, before the forward
     saves: list = field(default_factory=list)   # BlockTransfer, layer by layer during it
+    step: int = 0                                # the scheduler's count of steps built
+    acked: dict = field(default_factory=dict)   # rank -> last LoadFailure.seq the scheduler took in
 
     def is_empty(self):
         return not self.loads and not self.saves
@@ -48,17 +57,37 @@ class SlotEvent:
 
 
 @dataclass
-class TuttiWorkerMeta(KVConnectorWorkerMetadata):
-    """Index changes seen by the workers this step, for the scheduler's index.
+class LoadFailure:
+    """Rank ``rank``'s load in step ``step`` left vLLM blocks ``block_ids`` without valid KV.
 
-    ``missing`` lists (rank, key) a worker looked up and did not find.
+    ``seq`` counts the rank's failures (from 1); the worker sends it every step until the
+    scheduler's metadata acknowledges it (``TuttiMetadata.acked[rank] >= seq``).
+    """
+
+    rank: int
+    seq: int
+    step: int
+    block_ids: list
+
+
+@dataclass
+class TuttiWorkerMeta(KVConnectorWorkerMetadata):
+    """What the workers saw this step, for the scheduler side.
+
+    ``events``: index changes; ``missing``: (rank, key) a worker looked up and did not find;
+    ``failures``: LoadFailure not yet acknowledged; ``unsaved``: (req_id, first) of save
+    transfers not committed (the scheduler may offer them again).
     """
 
     events: list = field(default_factory=list)
     missing: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+    unsaved: list = field(default_factory=list)
 
     def aggregate(self, other):
         if other is None:
             return self
         return TuttiWorkerMeta(events=self.events + other.events,
-                               missing=self.missing + other.missing)
+                               missing=self.missing + other.missing,
+                               failures=self.failures + other.failures,
+                               unsaved=self.unsaved + other.unsaved)

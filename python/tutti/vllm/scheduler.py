@@ -7,23 +7,30 @@ reused or dropped).  A key counts as stored only when every rank has it.
 
 The index is a hint, never the authority: workers look keys up in their own
 store before reading and verify every block, and a miss there is reported as
-a load error, so vLLM recomputes.  A stale hint costs time, never correctness.
+a load error, so vLLM recomputes.  A stale hint costs time, never correctness:
+a block that failed to load is never stored again under a key, and nothing
+computed over it is saved (the workers' fence, then taint.py), until vLLM has
+recomputed it.
 """
 import logging
 import os
 
 from .metadata import BlockTransfer, TuttiMetadata
+from .taint import KVTaint
+
+MAX_SAVE_RETRIES = 2   # times a request's uncommitted saves are offered again
 
 log = logging.getLogger("vllm.tutti")
 
 
 class _ReqState:
-    __slots__ = ("request", "next_save", "local_tokens")
+    __slots__ = ("request", "next_save", "local_tokens", "retries")
 
     def __init__(self, request):
         self.request = request
         self.next_save = 0       # first block not yet considered for saving
         self.local_tokens = 0    # vLLM's own prefix-cache hit, from the last match
+        self.retries = 0         # uncommitted saves offered again so far
 
 
 class RankIndex:
@@ -101,6 +108,10 @@ class SchedulerSide:
                                 shape.fingerprint(r), cfg.engine) for r in range(shape.tp_size)]
         self.reqs = {}
         self.pending_loads = []
+        self.taint = KVTaint(self.block_size, evict=self._evict)
+        self.step = 0            # steps built
+        self.acked = {}          # rank -> last LoadFailure.seq taken in
+        self.kv_cache_manager = None
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
             log.warning("tutti: prefix_caching_hash_algo=%s without PYTHONHASHSEED gives block hashes "
@@ -155,8 +166,13 @@ class SchedulerSide:
         st.next_save = max(st.next_save, first + n)
 
     def build_connector_meta(self, scheduler_output):
-        meta = TuttiMetadata(loads=self.pending_loads)
+        self.step += 1
+        meta = TuttiMetadata(loads=self.pending_loads, step=self.step, acked=dict(self.acked))
         self.pending_loads = []
+        for req_id in getattr(scheduler_output, "finished_req_ids", None) or ():
+            self.taint.drop(req_id)
+        # Every step, also without saves: a failure reported later replays what it wrote.
+        unsound = self.taint.observe(self.step, scheduler_output)
         if not self.cfg.save:
             return meta
         new_computed = {r.req_id: r.num_computed_tokens for r in scheduler_output.scheduled_new_reqs}
@@ -170,13 +186,19 @@ class SchedulerSide:
             st = self.reqs.get(req_id)
             if st is None or req_id not in new_computed:
                 continue
+            if req_id in unsound:
+                # It attends over a block that failed to load (or was computed over one): its
+                # KV is not saved until vLLM has recomputed it (next_save stays).
+                continue
             req = st.request
             done = min(new_computed[req_id] + n_sched, req.num_prompt_tokens)
             upto = min(done // self.block_size, len(req.block_hashes))
             if upto <= st.next_save:
                 continue
-            block_ids = None
-            if block_state is not None:
+            block_ids = self.taint.table(req_id)
+            if block_ids is not None and len(block_ids) < upto:
+                block_ids = None
+            if block_ids is None and block_state is not None:
                 ids = block_state.get_block_ids(req_id)
                 block_ids = ids[0] if ids else None
             if block_ids is None and req_id in new_blocks:
@@ -185,7 +207,7 @@ class SchedulerSide:
                 block_ids = self._block_ids_fallback(req_id)
             if block_ids is None or len(block_ids) < upto:
                 continue
-            keys, ids = [], []
+            keys, ids, first = [], [], None
             for b in range(st.next_save, upto):
                 k = self.key(req.block_hashes[b])
                 if k in seen or self.present(k):
@@ -193,9 +215,10 @@ class SchedulerSide:
                 seen.add(k)
                 keys.append(k)
                 ids.append(block_ids[b])
+                first = b if first is None else first
             st.next_save = upto
             if keys:
-                meta.saves.append(BlockTransfer(req_id, keys, ids))
+                meta.saves.append(BlockTransfer(req_id, keys, ids, first))
         return meta
 
     def _block_ids_fallback(self, req_id):
@@ -217,9 +240,46 @@ class SchedulerSide:
         for rank, key in meta.missing:
             if 0 <= rank < len(self.ranks):
                 self.ranks[rank].forget(key)
+        for f in getattr(meta, "failures", ()):
+            self._take_failure(f)
+        for req_id, first in getattr(meta, "unsaved", ()):
+            st = self.reqs.get(req_id)
+            if st is not None and first < st.next_save and st.retries < MAX_SAVE_RETRIES:
+                st.retries += 1
+                st.next_save = first
+
+    def _take_failure(self, f):
+        """A worker's load failed in step ``f.step``: taint what was computed over it, offer the
+        requests' blocks for saving again from their first bad block, acknowledge it."""
+        if f.seq <= self.acked.get(f.rank, 0):
+            return  # resent before our acknowledgement reached the worker
+        self.acked[f.rank] = f.seq
+        self.stats.add(load_failures=1)
+        if not self.taint.fail(f.step, f.block_ids):
+            log.error("tutti: a load failure of step %d was reported after %d steps; every "
+                      "running request's KV is treated as unsound until recomputed",
+                      f.step, self.step - f.step)
+        for req_id, st in self.reqs.items():
+            i = self.taint.first_bad(req_id)
+            if i is not None and i < st.next_save:
+                st.next_save = i
+
+    def _evict(self, block_ids):
+        """Bad blocks leave vLLM's prefix cache: no later request picks one up by its hash."""
+        mgr = self.kv_cache_manager
+        if mgr is None or not hasattr(mgr, "evict_blocks"):
+            return False
+        try:
+            mgr.evict_blocks(set(block_ids))
+        except Exception as e:  # noqa: BLE001 - our saves stay safe (taint); vLLM's cache is its own
+            log.warning("tutti: could not drop %d blocks from vLLM's prefix cache: %s",
+                        len(block_ids), e)
+            return False
+        return True
 
     def request_finished(self, request):
         self.reqs.pop(request.request_id, None)
+        self.taint.drop(request.request_id)
         # Saves are durable at the end of the step that computed the block.
         return False, None
 

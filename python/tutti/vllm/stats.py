@@ -21,6 +21,8 @@ COUNTERS = (
     "corrupt_blocks",
     "save_blocks", "save_bytes", "save_s",
     "save_errors",
+    "save_fenced",       # blocks not stored because a load had failed (their KV may be bad)
+    "load_failures",     # steps whose load failed (scheduler: failures taken in)
     "writes_deferred",   # layer writes held back because the step's reads were in flight
     "rw_overlap_s",      # time a read and a write were both in flight (0 with write_policy slack)
 )
@@ -58,6 +60,8 @@ class TuttiStats(KVConnectorStats):
         out["load_ms"] = round(d.get("load_s", 0) * 1e3, 1)
         out["save_ms"] = round(d.get("save_s", 0) * 1e3, 1)
         out["writes_deferred"] = d.get("writes_deferred", 0)
+        out["save_fenced"] = d.get("save_fenced", 0)
+        out["load_failures"] = d.get("load_failures", 0)
         out["rw_overlap_ms"] = round(d.get("rw_overlap_s", 0) * 1e3, 1)
         q = d.get("query_tokens", 0)
         out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0

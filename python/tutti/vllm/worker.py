@@ -32,28 +32,30 @@ With tensor parallelism each rank's store holds its shard of the KV heads and a
 save is committed through tutti.tp: every rank's data durable, agreement over
 vLLM's TP CPU group, then the records; a block is committed on every rank or on
 none (a crash in between leaves orphans, dropped by reconcile at start-up).
+
+Failed loads: nothing computed over a block that failed to load is ever committed.
+vLLM calls ``wait_for_save`` before it asks for the load errors, and with async
+scheduling the next step is already scheduled (and may attend over the bad block:
+the same request's next chunk, or another request sharing the block through
+vLLM's prefix cache) before the scheduler hears of the failure.  So a worker whose
+load failed (a key gone, a checksum, an I/O error, a layer never waited for) is
+*fenced*: it commits nothing, in this step or any later one, until the scheduler
+has acknowledged the failure in its metadata; under TP the fenced rank votes
+every block down, so no rank commits.  From the acknowledgement on, the scheduler
+side (taint.py) knows which vLLM blocks hold KV computed over a bad block and
+offers no save whose request attends over one.  Saves dropped by the fence are
+reported back (``unsaved``) and offered again once their KV is sound.
 """
 import errno
 import logging
-import os
 import time
 
+from . import fault_hooks
 from .datapath import StoreMismatchError, open_io  # noqa: F401 - StoreMismatchError is public here
 from .layout import from_kv_caches
-from .metadata import SlotEvent, TuttiWorkerMeta
+from .metadata import LoadFailure, SlotEvent, TuttiWorkerMeta
 
 log = logging.getLogger("vllm.tutti")
-
-
-_CRASH_AFTER = [int(os.environ.get("TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS", "0"))]
-
-
-def _crash_point():
-    """Test hook: SIGKILL this process after N layers of saves were submitted (mid-transaction)."""
-    if _CRASH_AFTER[0] > 0:
-        _CRASH_AFTER[0] -= 1
-        if _CRASH_AFTER[0] == 0:
-            os.kill(os.getpid(), 9)
 
 
 def _save_list(meta):
@@ -92,12 +94,13 @@ class _Overlap:
 class _Load:
     """One step's layer-wise read transaction."""
 
-    def __init__(self, txn, block_ids, slots, n_layers, t0):
+    def __init__(self, txn, block_ids, slots, n_layers, t0, fault=None):
         self.txn, self.block_ids, self.slots = txn, block_ids, slots
         self.n_layers = n_layers
         self.submitted = 0
         self.waited = set()
         self.t0 = t0
+        self.fault = fault  # fault_hooks
 
 
 class _Save:
@@ -129,9 +132,14 @@ class WorkerSide:
         self._save = None       # _Save; False: nothing to save this step
         self._slack = cfg.write_policy == "slack"
         self._overlap = _Overlap(stats)
-        self._errors = set()
+        self._errors = set()    # vLLM blocks whose load failed in this step
         self._events = []
         self._missing = []
+        self._meta = None       # the step's metadata (a new object every step)
+        self._fail_seq = 0
+        self._unacked = {}      # seq -> LoadFailure the scheduler has not acknowledged
+        self._noted = set()     # this step's failed blocks already in a LoadFailure
+        self._unsaved = []      # (req_id, first) of save transfers not committed
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -162,6 +170,7 @@ class WorkerSide:
 
     def start_load(self, meta):
         self._finish_load()  # a previous step's load that never saw its last layer
+        self._sync_step(meta)
         if not meta.loads or self.store is None:
             return
         keys, ids = [], []
@@ -169,6 +178,7 @@ class WorkerSide:
             keys += t.keys
             ids += t.block_ids
         t0 = time.perf_counter()
+        fault = fault_hooks.next_load_fault(self.store, keys)
         try:
             slots = self.store.lookup(keys[::-1])[::-1]  # heads touched last: evicted last
         except Exception as e:  # noqa: BLE001 - never fail the forward: recompute instead
@@ -194,7 +204,7 @@ class WorkerSide:
             return
         if self._slack:
             self._wait_writes()  # a read never shares the SSDs with a write
-        self._load = _Load(txn, fids, fslots, self.layout.n_layers, t0)
+        self._load = _Load(txn, fids, fslots, self.layout.n_layers, t0, fault)
         try:
             self._submit_upto(min(self.cfg.lookahead_layers, self.layout.n_layers))
         except Exception as e:  # noqa: BLE001
@@ -213,7 +223,7 @@ class WorkerSide:
         if ld is None:
             return
         layer = self.layer_index(layer_name)
-        if layer is None or layer in ld.waited:
+        if layer is None or layer in ld.waited or fault_hooks.skip_wait(ld.fault, layer, ld.n_layers):
             return
         try:
             self._submit_upto(min(layer + 1, ld.n_layers))
@@ -236,7 +246,7 @@ class WorkerSide:
             return
         try:
             self._submit_upto_all(ld)
-            status = ld.txn.finish()
+            status = fault_hooks.apply_eio(ld.fault, ld.txn.finish())
         except Exception as e:  # noqa: BLE001
             log.error("tutti: load failed, %d blocks will be recomputed: %s", len(ld.block_ids), e)
             ld.txn.abort()
@@ -244,7 +254,6 @@ class WorkerSide:
             self._reads_over()
             return
         dt = time.perf_counter() - ld.t0
-        self._reads_over()
         if len(ld.waited) < ld.n_layers:
             # The model ran some layer without waiting for it: its KV may be stale.
             log.warning("tutti: %d of %d layers were not waited for; %d blocks recomputed",
@@ -264,6 +273,7 @@ class WorkerSide:
             self._events.append(SlotEvent(self.rank, s, None))
         self.stats.add(load_blocks=ok, load_bytes=ok * self.layout.block_bytes, load_s=dt,
                        load_errors=len(status) - ok)
+        self._reads_over()  # after the errors are known: a failed load fences the writes
 
     def _submit_upto_all(self, ld):
         self._load = ld
@@ -295,12 +305,42 @@ class WorkerSide:
 
     def take_load_errors(self):
         self._finish_load()
-        errs, self._errors = self._errors, set()
+        self._note_failure()  # before wait_for_save when vLLM defers it (spec decode)
+        errs, self._errors, self._noted = self._errors, set(), set()
         return errs
+
+    # --- failed loads: the fence --------------------------------------------------------
+
+    def _sync_step(self, meta):
+        """First hook of a step to see its metadata: take in the scheduler's acknowledgements."""
+        if meta is None or meta is self._meta:
+            return
+        self._meta = meta
+        acked = getattr(meta, "acked", None) or {}
+        upto = acked.get(self.rank, 0)
+        for seq in [q for q in self._unacked if q <= upto]:
+            del self._unacked[seq]
+
+    def _note_failure(self):
+        """The step's failed blocks become a LoadFailure, sent until acknowledged."""
+        new = self._errors - self._noted
+        if not new:
+            return
+        self._noted |= new
+        self._fail_seq += 1
+        step = getattr(self._meta, "step", 0) if self._meta is not None else 0
+        self._unacked[self._fail_seq] = LoadFailure(self.rank, self._fail_seq, step, sorted(new))
+        log.warning("tutti: rank %d: %d blocks failed to load in step %d; nothing is committed "
+                    "until the scheduler has taken that in", self.rank, len(new), step)
+
+    def fenced(self) -> bool:
+        """True while a failed load may have fed the model's KV: saves are not committed."""
+        return bool(self._errors) or bool(self._unacked)
 
     # --- saves ------------------------------------------------------------------------
 
     def save_layer(self, meta, layer_name):
+        self._sync_step(meta)
         if not meta.saves or self.store is None:
             return
         layer = self.layer_index(layer_name)
@@ -332,7 +372,9 @@ class WorkerSide:
         """Submit the queued layers' writes (the caller made sure no read is in flight), in layer
         order, each once its KV is final; ``block``: wait for that (the step's end)."""
         sv = self._save
-        if not sv or not sv.queued or not self.io.ready(sv.queued[0][1], block):
+        if not sv or not sv.queued or self.fenced():
+            return  # fenced: these blocks will not be committed, so they are not written
+        if not self.io.ready(sv.queued[0][1], block):
             return
         if sv.txn is None:
             try:
@@ -356,7 +398,7 @@ class WorkerSide:
                 continue
             sv.inflight.add(layer)
             self._note_io()
-            _crash_point()
+            fault_hooks.crash_point()
 
     def _wait_writes(self):
         """Wait for the writes in flight (before a load starts: never both at once)."""
@@ -373,16 +415,22 @@ class WorkerSide:
         self._note_io()
 
     def finish_save(self, meta=None):
+        self._sync_step(meta)
+        # End of the step: the model has run every layer, so the reads are over (finish the
+        # load if a layer was never waited for: its blocks count as failed).  Whether this
+        # step's saves may be committed is known only once the load is.
+        self._finish_load()
+        self._note_failure()
         if self._save and self._save.queued:
-            # End of the step: the model has run every layer, so the reads are over (finish
-            # the load if a layer was never waited for); what waited for them goes now and is
-            # committed in this step, as with eager writes.
-            if self._load is not None:
-                self._finish_load()
+            # What waited for the reads goes now and is committed in this step, as with
+            # eager writes.
             self._issue_writes(block=True)
         sv, self._save = self._save, None
         self._note_io()
         tp = self.shape.tp_size > 1 and meta is not None and meta.saves and self.store is not None
+        if sv and self.fenced():
+            self._drop_fenced(sv, meta)
+            sv = None
         if not sv or sv.txn is None:
             if tp:  # the other ranks commit this step's blocks: agree that none is here
                 from ..tp import abstain
@@ -407,6 +455,8 @@ class WorkerSide:
             log.warning("tutti: committing %d blocks failed: %s", len(keys), e)
             txn.abort()
             self.stats.add(save_errors=len(keys))
+            if meta is not None:
+                self._report_unsaved(meta, set(keys))
             return
         dt = time.perf_counter() - sv.t0
         ok = 0
@@ -419,6 +469,24 @@ class WorkerSide:
                 self._events.append(SlotEvent(self.rank, s, k))
         self.stats.add(save_blocks=ok, save_bytes=ok * self.layout.block_bytes, save_s=dt,
                        save_errors=sum(1 for p, rc in zip(txn.present, status) if not p and rc))
+        failed = {k for k, p, rc in zip(keys, txn.present, status) if not p and rc}
+        if failed and meta is not None:
+            self._report_unsaved(meta, failed)
+
+    def _drop_fenced(self, sv, meta):
+        """A failed load may have fed this step's KV: abort its saves, report them unsaved."""
+        if sv.txn is not None:
+            sv.txn.abort()
+        self.stats.add(save_fenced=len(sv.keys))
+        log.warning("tutti: rank %d: %d blocks of this step not stored: a load failed and the "
+                    "scheduler has not yet taken that in", self.rank, len(sv.keys))
+        if meta is not None:
+            self._report_unsaved(meta, set(sv.keys))
+
+    def _report_unsaved(self, meta, keys):
+        for t in meta.saves:
+            if any(k in keys for k in t.keys):
+                self._unsaved.append((t.req_id, t.first))
 
     def abort_save(self):
         sv, self._save = self._save, None
@@ -427,10 +495,11 @@ class WorkerSide:
         self._note_io()
 
     def take_worker_meta(self):
-        if not self._events and not self._missing:
+        if not (self._events or self._missing or self._unacked or self._unsaved):
             return None
-        meta = TuttiWorkerMeta(events=self._events, missing=self._missing)
-        self._events, self._missing = [], []
+        meta = TuttiWorkerMeta(events=self._events, missing=self._missing,
+                               failures=list(self._unacked.values()), unsaved=self._unsaved)
+        self._events, self._missing, self._unsaved = [], [], []
         return meta
 
     def close(self):
