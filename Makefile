@@ -22,7 +22,7 @@ GPU_OBJS := $(GPU_SRCS:%.cu=$(BUILD)/%.o)
 LIB_SRCS := $(shell find libtutti/src -name '*.c' | sort)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
-CU_SRCS := $(shell find libtutti benchmarks -name '*.cu' | sort)
+CU_SRCS := $(shell find libtutti benchmarks scripts -name '*.cu' | sort)
 
 PHONY_GPU := gpu-lib
 .PHONY: all help deps lib $(PHONY_GPU) ctest cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean

@@ -15,6 +15,8 @@
 
 #include "tutti/gpu_domains.h"
 
+#include "cuda_drv.cuh"
+
 struct gpu_domains_priv {
 	CUgreenCtx io_ctx;
 	CUgreenCtx compute_ctx;
@@ -33,34 +35,20 @@ static struct {
 	decltype(&cuGetErrorName) GetErrorName;
 } drv;
 
-template <typename F>
-static bool drv_sym(const char *name, F *f)
-{
-	cudaDriverEntryPointQueryResult st;
-	void *p = nullptr;
-
-	if (cudaGetDriverEntryPointByVersion(name, &p, CUDA_VERSION, cudaEnableDefault, &st) !=
-		    cudaSuccess ||
-	    st != cudaDriverEntryPointSuccess || !p)
-		return false;
-	*f = (F)p;
-	return true;
-}
-
 // Return: NULL, or the first symbol the driver lacks.
 static const char *drv_load(void)
 {
-	if (!drv_sym("cuDeviceGet", &drv.DeviceGet)) return "cuDeviceGet";
-	if (!drv_sym("cuDeviceGetDevResource", &drv.DeviceGetDevResource)) return "cuDeviceGetDevResource";
-	if (!drv_sym("cuDevSmResourceSplitByCount", &drv.DevSmResourceSplitByCount))
+	if (!tt_drv_sym("cuDeviceGet", &drv.DeviceGet)) return "cuDeviceGet";
+	if (!tt_drv_sym("cuDeviceGetDevResource", &drv.DeviceGetDevResource)) return "cuDeviceGetDevResource";
+	if (!tt_drv_sym("cuDevSmResourceSplitByCount", &drv.DevSmResourceSplitByCount))
 		return "cuDevSmResourceSplitByCount";
-	if (!drv_sym("cuDevResourceGenerateDesc", &drv.DevResourceGenerateDesc))
+	if (!tt_drv_sym("cuDevResourceGenerateDesc", &drv.DevResourceGenerateDesc))
 		return "cuDevResourceGenerateDesc";
-	if (!drv_sym("cuGreenCtxCreate", &drv.GreenCtxCreate)) return "cuGreenCtxCreate";
-	if (!drv_sym("cuGreenCtxStreamCreate", &drv.GreenCtxStreamCreate)) return "cuGreenCtxStreamCreate";
-	if (!drv_sym("cuGreenCtxDestroy", &drv.GreenCtxDestroy)) return "cuGreenCtxDestroy";
-	if (!drv_sym("cuStreamDestroy", &drv.StreamDestroy)) return "cuStreamDestroy";
-	if (!drv_sym("cuGetErrorName", &drv.GetErrorName)) return "cuGetErrorName";
+	if (!tt_drv_sym("cuGreenCtxCreate", &drv.GreenCtxCreate)) return "cuGreenCtxCreate";
+	if (!tt_drv_sym("cuGreenCtxStreamCreate", &drv.GreenCtxStreamCreate)) return "cuGreenCtxStreamCreate";
+	if (!tt_drv_sym("cuGreenCtxDestroy", &drv.GreenCtxDestroy)) return "cuGreenCtxDestroy";
+	if (!tt_drv_sym("cuStreamDestroy", &drv.StreamDestroy)) return "cuStreamDestroy";
+	if (!tt_drv_sym("cuGetErrorName", &drv.GetErrorName)) return "cuGetErrorName";
 	return nullptr;
 }
 

@@ -12,7 +12,9 @@
 //
 // Data movement: what one fetch takes from a queue is a batch; all its
 // copies go to the copy engines in one cudaMemcpyBatchAsync on its thread's
-// stream, followed by the batch's event. A thread keeps up to EMU_INFLIGHT
+// stream, followed by the batch's event. Streams, events and copies live in
+// the controller's own CUDA context (emu_ctx.cuh): they never wait in a
+// hardware queue behind the kernels that wait for them. A thread keeps up to EMU_INFLIGHT
 // batches in flight and posts their CQEs in fetch order once the event says
 // the data landed, so it keeps fetching while the DMA runs. TUTTI_EMU_COPY
 // picks the copy path: "batch" (default), "each" (one cudaMemcpyAsync per
@@ -41,6 +43,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "tutti/emu_ctrl.h"
@@ -48,6 +51,7 @@
 #include "tutti/nvme_sgl.h"
 
 #include "emu_impl.cuh"
+#include "emu_ctx.cuh"
 #include "emu_walk.cuh"
 #include "emu_copy.cuh"
 
@@ -225,7 +229,7 @@ static void emu_thread_run(struct tt_emu *e, unsigned id)
 
 	for (size_t q = id; q < e->qs.size(); q += e->p.n_threads)
 		mine.push_back(e->qs[q]);
-	if (cudaSetDevice(e->device) != cudaSuccess) {
+	if (emu_drv.CtxSetCurrent(e->ctx) != CUDA_SUCCESS) {
 		e->thread_err.store(-EIO);
 		return;
 	}
@@ -300,7 +304,7 @@ static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 		if (cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess)
 			return -EIO;
 		if (emu_need_bounce(e) &&
-		    cudaHostAlloc((void **)&b.bounce, EMU_SLOT_BOUNCE, cudaHostAllocDefault) !=
+		    cudaHostAlloc((void **)&b.bounce, EMU_SLOT_BOUNCE, cudaHostAllocPortable) !=
 			    cudaSuccess)
 			return -ENOMEM;
 		b.cmds.reserve(EMU_MAX_FETCH);
@@ -321,18 +325,22 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	c->stop.store(true);
 	for (std::thread &t : c->threads)
 		t.join();
-	for (emu_worker &w : c->workers) {
-		if (w.stream) {
-			cudaStreamSynchronize(w.stream);	// a stop mid-batch
-			cudaStreamDestroy(w.stream);
+	if (c->ctx && emu_ctx_enter(c->ctx)) {
+		for (emu_worker &w : c->workers) {
+			if (w.stream) {
+				cudaStreamSynchronize(w.stream);	// a stop mid-batch
+				cudaStreamDestroy(w.stream);
+			}
+			for (emu_batch &b : w.b)
+				if (b.done)
+					cudaEventDestroy(b.done);
 		}
-		for (emu_batch &b : w.b) {
-			if (b.done)
-				cudaEventDestroy(b.done);
+		emu_ctx_leave();
+	}
+	for (emu_worker &w : c->workers)
+		for (emu_batch &b : w.b)
 			if (b.bounce)
 				cudaFreeHost(b.bounce);
-		}
-	}
 	for (emu_q *q : c->qs) {
 		if (q->mem)
 			cudaFreeHost(q->mem);
@@ -348,6 +356,8 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 			munmap(c->ns_map[i], c->ns_map_len[i]);
 		}
 	}
+	if (c->ctx)
+		emu_drv.CtxDestroy(c->ctx);
 	delete c;
 }
 
@@ -454,9 +464,6 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	    (p->backing == TT_EMU_FILE && !p->fds) ||
 	    p->backing < TT_EMU_NULL || p->backing > TT_EMU_FILE)
 		return -EINVAL;
-	rc = tt_emu_check_hw_queues();
-	if (rc)
-		return rc;
 	c = new (std::nothrow) tt_emu();
 	if (!c)
 		return -ENOMEM;
@@ -482,9 +489,15 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	std::memset(c->ns_map_len, 0, sizeof(c->ns_map_len));
 	std::memset(c->ns_map_wr, 0, sizeof(c->ns_map_wr));
 	c->bar = nullptr;
+	c->ctx = nullptr;
 	if (cudaGetDevice(&c->device) != cudaSuccess) {
 		delete c;
 		return -ENODEV;
+	}
+	rc = emu_ctx_create(c->device, &c->ctx);
+	if (rc) {
+		delete c;
+		return rc;
 	}
 	bar_bytes = tt_nvme_db_offset((uint16_t)p->n_queues, true, 0) + 4;
 	bar_bytes = (bar_bytes + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
@@ -556,9 +569,14 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	}
 	if (!rc) {
 		c->workers.resize(p->n_threads);
-		for (emu_worker &w : c->workers)
-			if (!rc)
-				rc = emu_worker_init(c, w);
+		if (emu_ctx_enter(c->ctx)) {	// streams and events in its context
+			for (emu_worker &w : c->workers)
+				if (!rc)
+					rc = emu_worker_init(c, w);
+			emu_ctx_leave();
+		} else {
+			rc = -EIO;
+		}
 	}
 	if (rc) {
 		tt_emu_close(c);

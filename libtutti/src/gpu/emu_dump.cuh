@@ -21,11 +21,18 @@ static const char *emu_where_str(int w)
 	return "?";
 }
 
-static const char *emu_query_str(cudaEvent_t ev)
+// The batch's event lives in the controller's context: ask it there.
+static const char *emu_query_str(const struct tt_emu *c, cudaEvent_t ev)
 {
+	const char *s;
+
 	if (!ev)
 		return "no event";
-	return tt_cuda_query_name(cudaEventQuery(ev), "cudaSuccess", "cudaErrorNotReady");
+	if (!c->ctx || !emu_ctx_enter(c->ctx))
+		return "controller context unavailable";
+	s = tt_cuda_query_name(cudaEventQuery(ev), "cudaSuccess", "cudaErrorNotReady");
+	emu_ctx_leave();
+	return s;
 }
 
 // Relaxed loads of fields the threads own (racy by design: a diagnostic).
@@ -93,7 +100,7 @@ extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 				std::fprintf(f, ", age ?");
 			if (dl > now)
 				std::fprintf(f, ", held by the cap %.1f ms more", (double)(dl - now) / 1e6);
-			std::fprintf(f, ", event %s\n", emu_query_str(b.done));
+			std::fprintf(f, ", event %s\n", emu_query_str(c, b.done));
 		}
 	}
 	tt_emu_get_stats(c, &st);

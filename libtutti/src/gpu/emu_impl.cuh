@@ -77,10 +77,9 @@ struct emu_batch {
 // A controller thread's batches, a FIFO so CQEs go out in fetch order.
 struct emu_worker {
 	emu_batch b[EMU_INFLIGHT];
-	// One stream for all its batches: each stream may share a CUDA
-	// hardware queue with a kernel spinning for our completions
-	// (hw_queues.cu), so the fewer the better; batches still overlap
-	// the thread's fetching, and the threads' streams the copy engines.
+	// One stream for all its batches, in the controller's context
+	// (emu_ctx.cuh); batches still overlap the thread's fetching, and the
+	// threads' streams the copy engines.
 	cudaStream_t stream = nullptr;
 	unsigned head = 0, n = 0;
 	unsigned rr = 0;		// queue to look at first next round
@@ -96,6 +95,7 @@ struct tt_emu {
 	struct tt_emu_params p;
 	std::vector<int> fds;		// TT_EMU_FILE: our copy of p.fds
 	int device;
+	CUcontext ctx;			// the controller's own (emu_ctx.cuh)
 	std::vector<emu_q *> qs;
 	std::vector<struct tt_gio_qmem> qmem;
 	char *bar;			// emulated BAR0 (doorbells), host view

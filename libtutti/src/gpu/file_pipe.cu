@@ -20,6 +20,7 @@
 
 #include "tutti/error.h"
 #include "file_pipe.cuh"
+#include "gpu_launch.cuh"
 
 #define FP_THREADS	256
 
@@ -81,8 +82,8 @@ static int launch_move(struct fp_layer *ly, const struct fp_job *j, struct fp_ch
 	a.n_spans = t->geo.n_spans;
 	a.span_bytes = t->geo.span_bytes;
 	a.obj_stride = t->geo.obj_stride;
-	fp_move_kernel<<<j->count, FP_THREADS, 0, s>>>((char *)c->dev, a, to_paged);
-	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+	return tt_launch(fp_move_kernel, j->count, FP_THREADS, s, (char *)c->dev, a, to_paged) ==
+			       cudaSuccess ? 0 : -EIO;
 }
 
 static void read_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_layer *ly)

@@ -263,10 +263,17 @@ int fp_collect(void *txn, int32_t *status, uint64_t *sums)
 	uint32_t R = tt_objs_per_slot(&t->geo), S = t->geo.n_spans;
 	std::vector<uint64_t> h((size_t)t->n * R);
 
-	// A failed layer shows in the per-block status, not in the return.
-	for (uint32_t l = 0; l < t->geo.n_layers; l++)
-		if (t->layers[l].submitted)
-			fp_wait(t, l);
+	// A failed layer shows in the per-block status, not in the return: every
+	// block has objects in every layer, so a layer that failed as a whole
+	// (its event, its hash kernel) fails each block of the transaction.
+	int layer_err = 0;
+
+	for (uint32_t l = 0; l < t->geo.n_layers; l++) {
+		int e = t->layers[l].submitted ? fp_wait(t, l) : 0;
+
+		if (e && !layer_err)
+			layer_err = e;
+	}
 	// On ctl, not the legacy stream, which would wait for the caller's compute.
 	if (t->n && (cudaMemcpyAsync(h.data(), t->d_sums, h.size() * 8, cudaMemcpyDeviceToHost,
 				     t->fp->ctl) || cudaStreamSynchronize(t->fp->ctl)))
@@ -275,6 +282,8 @@ int fp_collect(void *txn, int32_t *status, uint64_t *sums)
 		status[i] = __atomic_load_n(&t->status[i], __ATOMIC_RELAXED);
 		if (t->slots[i] < 0)
 			continue;
+		if (!status[i])
+			status[i] = layer_err;
 		for (uint32_t l = 0; l < t->geo.n_layers; l++) {
 			if (!t->layers[l].submitted)
 				continue;

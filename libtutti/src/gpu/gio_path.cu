@@ -28,6 +28,7 @@
 #include "tutti/emu_ctrl.h"
 #include "tutti/error.h"
 #include "tutti/gio_path.h"
+#include "gpu_launch.cuh"
 #include "tutti/gpu_sum.h"
 
 enum { GP_IDLE = 0, GP_SUBMITTED, GP_FAILED };
@@ -277,9 +278,8 @@ static int gp_judge(struct gp_txn *t, uint32_t layer, cudaStream_t s)
 	unsigned grid = (ncmd + 255) / 256 < 1024 ? (ncmd + 255) / 256 : 1024;
 	unsigned *lerr = t->d_err + t->cap + layer;
 
-	gp_status_kernel<<<grid, 256, 0, s>>>(tt_gio_batch_status(t->b[layer]), ncmd,
-					      t->geo.n_spans, t->d_err, lerr);
-	return gp_err(cudaGetLastError());
+	return gp_err(tt_launch(gp_status_kernel, grid, 256, s, tt_gio_batch_status(t->b[layer]), ncmd,
+				t->geo.n_spans, t->d_err, lerr));
 }
 
 static int gp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
@@ -412,12 +412,18 @@ static int gp_collect(void *txn, int32_t *status, uint64_t *sums)
 		rc = gp_err(cudaStreamSynchronize(t->p->io));
 	if (rc)
 		return rc;
+	bool layer_failed = false;
+
+	// A layer that failed as a whole moved none of its objects: every block
+	// has one there, so each fails (an I/O error, never a checksum mismatch).
+	for (uint32_t l = 0; l < g->n_layers; l++)
+		layer_failed |= t->st[l] == GP_FAILED;
 	for (unsigned i = 0; i < t->n; i++)
 		status[i] = 0;
 	for (unsigned j = 0; j < t->nm; j++) {
 		unsigned i = t->moved[j];
 
-		status[i] = err[j] ? -EIO : 0;
+		status[i] = err[j] || layer_failed ? -EIO : 0;
 		for (uint32_t l = 0; l < g->n_layers; l++) {
 			if (t->st[l] != GP_SUBMITTED)
 				continue;

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include "gio_dev.cuh"
+#include "gpu_launch.cuh"
 
 struct tt_gio {
 	struct gio_q *qs;		// device array
@@ -335,30 +336,38 @@ static void gio_args(const struct tt_gio_batch *b, struct gio_kargs *a)
 	a->target = b->target;
 }
 
+// Launch a kernel that submits @b's commands: the kernel waits for the batch's
+// counter to reach target + n, and only a launch that happened may move the
+// target (a target left ahead of the counter makes the next use of the
+// pooled batch wait forever).
+static int gio_launch(void (*kernel)(struct gio_kargs), struct tt_gio *g, struct tt_gio_batch *b,
+		      unsigned threads, struct CUstream_st *stream)
+{
+	struct gio_kargs a;
+	int rc;
+
+	gio_args(b, &a);
+	a.target = b->target + b->n;
+	rc = gio_cuda_err(tt_launch(kernel, g->nq, threads, (cudaStream_t)stream, a));
+	if (!rc)
+		b->target = a.target;
+	return rc;
+}
+
 extern "C" int tt_gio_submit_wait(struct tt_gio *g, struct tt_gio_batch *b,
 				  struct CUstream_st *stream)
 {
-	struct gio_kargs a;
-
 	if (!g || !b || b->g != g || b->n == 0)
 		return -EINVAL;
-	b->target += b->n;
-	gio_args(b, &a);
-	gio_submit_wait_kernel<<<g->nq, 32 * (g->warps + 1), 0, stream>>>(a);
-	return gio_cuda_err(cudaGetLastError());
+	return gio_launch(gio_submit_wait_kernel, g, b, 32 * (g->warps + 1), stream);
 }
 
 extern "C" int tt_gio_issue(struct tt_gio *g, struct tt_gio_batch *b,
 			    struct CUstream_st *stream)
 {
-	struct gio_kargs a;
-
 	if (!g || !b || b->g != g || b->n == 0)
 		return -EINVAL;
-	b->target += b->n;
-	gio_args(b, &a);
-	gio_issue_kernel<<<g->nq, 32 * g->warps, 0, stream>>>(a);
-	return gio_cuda_err(cudaGetLastError());
+	return gio_launch(gio_issue_kernel, g, b, 32 * g->warps, stream);
 }
 
 extern "C" int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
@@ -369,8 +378,7 @@ extern "C" int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
 	if (!g || !b || b->g != g || b->n == 0)
 		return -EINVAL;
 	gio_args(b, &a);
-	gio_wait_kernel<<<g->nq, 32, 0, stream>>>(a);
-	return gio_cuda_err(cudaGetLastError());
+	return gio_cuda_err(tt_launch(gio_wait_kernel, g->nq, 32, (cudaStream_t)stream, a));
 }
 
 extern "C" int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "tutti/gpu_sum.h"
+#include "gpu_launch.cuh"
 #include "xxh3_parts.h"
 
 #define GS_WARPS 8u	// objects per thread block
@@ -132,6 +133,6 @@ extern "C" int tt_gpu_sum_layer(const struct tt_gpu_sum_layer *d, struct CUstrea
 	grid = (n_objs + GS_WARPS - 1) / GS_WARPS;
 	if (grid > 0x7fffffffu)
 		return -EINVAL;
-	gs_layer_kernel<<<(unsigned)grid, 32 * GS_WARPS, 0, stream>>>(*d);
-	return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+	return tt_launch(gs_layer_kernel, (unsigned)grid, 32 * GS_WARPS, (cudaStream_t)stream, *d) ==
+			       cudaSuccess ? 0 : -EIO;
 }
