@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tutti/error.h"
+#include "tutti/fault.h"
 #include "store_impl.h"
 #include "../support/util.h"
 
@@ -273,6 +274,11 @@ void tt_store_close(struct tt_store *s)
 	tt_engine_close(s->eng);
 	close_members(s->members, s->n_members, 0);
 	free(s);
+}
+
+struct tt_engine *tt_store_engine(struct tt_store *s)
+{
+	return s->eng;
 }
 
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s)
