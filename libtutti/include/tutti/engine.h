@@ -9,6 +9,8 @@
  *
  *   uring   files/block devices via io_uring, O_DIRECT (default)
  *   psync   preadv/pwritev, for kernels where io_uring is unavailable
+ *   kqueue  tutti.ko queue pairs (kqueue.h)
+ *   fault:X engine X with injected faults, for tests (fault.h)
  *
  * Later engines (kernel queues, GPU rings, emulated controller, GDS) keep
  * this interface.
@@ -72,7 +74,9 @@ struct tt_engine;
 
 /**
  * tt_engine_open() - create an engine over opened member files
- * @name: "uring", "psync" or "auto" (uring, falling back to psync)
+ * @name: "uring", "psync", "kqueue", "auto" (uring, falling back to psync),
+ *        or "fault:NAME" (NAME wrapped by the fault engine, fault.h; so is
+ *        every engine while TUTTI_FAULTS is set)
  * @fds: file descriptors, one per member, opened with O_DIRECT
  * @n: number of members
  * @params: tuning, or NULL for defaults

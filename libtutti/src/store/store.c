@@ -461,6 +461,10 @@ static int one_block(struct tt_store *s, struct tt_txn *t, const void *buf)
 	if (status == -EBADMSG)
 		return tt_seterr(-EBADMSG, "stored block is corrupt (checksum mismatch); "
 				 "it was dropped");
+	if (status == -ENOSPC)
+		return tt_seterr(-ENOSPC, "no space left on a member's filesystem: the block "
+				 "was not stored (later writes evict old blocks to reuse their "
+				 "space)");
 	if (status)
 		return tt_seterr(status, "block I/O failed: %s", strerror(-status));
 	return 0;
