@@ -283,7 +283,11 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer);
  *
  * Writes: waits for data, flushes, then writes the commit records and
  * flushes again; blocks with a layer never submitted are not committed
- * (-ENODATA).  Reads: compares every block's checksum.
+ * (-ENODATA).  If the data flush fails, nothing is committed.  If only the
+ * commit records fail to reach the disk, the error is returned and the
+ * blocks whose status is 0 are served by this handle (their data is
+ * durable) but may be absent after a reopen (never wrong).  Reads: compares
+ * every block's checksum.
  * Return: number of blocks ok, or a negative errno.
  */
 int tt_txn_finish(struct tt_txn *t, int32_t *status);

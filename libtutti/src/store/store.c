@@ -484,8 +484,10 @@ int tt_store_put(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
 	if (ret)
 		return ret;
 	tt_txn_slot(t, 0, &present);
-	if (present)
-		return tt_txn_finish(t, NULL) < 0 ? -EIO : 0;
+	if (present) {
+		ret = tt_txn_finish(t, NULL);
+		return ret < 0 ? ret : 0;
+	}
 	return one_block(s, t, buf);
 }
 
