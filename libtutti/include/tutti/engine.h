@@ -112,7 +112,10 @@ int tt_engine_register(struct tt_engine *e, void *addr, size_t len);
  * @e: engine
  * @b: batch with @ios and @n set; the arrays must live until it completes
  *
- * Return: 0 or a negative errno if nothing could be started.
+ * Return: 0, or a negative errno: the batch failed, but ios of it may have
+ * started (an engine may push part of a batch before the rest is refused).
+ * Either way call tt_engine_wait() before reusing @b or the memory of its
+ * ios; only its completed ios' results (tt_io.res) say what moved.
  */
 int tt_engine_submit(struct tt_engine *e, struct tt_batch *b);
 

@@ -451,7 +451,7 @@ int tt_slots_sync(struct tt_store *s, int flush)
 	uint64_t pages = s->sb.table_bytes / TT_OBJ_ALIGN, n = 0;
 	struct tt_batch b = { 0 };
 	struct tt_io *ios;
-	int ret;
+	int ret, wret;
 
 	for (uint64_t p = 0; p < pages; p++)
 		n += t->dirty[p];
@@ -476,8 +476,10 @@ int tt_slots_sync(struct tt_store *s, int flush)
 	b.ios = ios;
 	b.n = (uint32_t)n;
 	ret = tt_engine_submit(s->eng, &b);
+	/* Even a refused batch: what of it started must land before @ios goes. */
+	wret = tt_engine_wait(s->eng, &b);
 	if (!ret)
-		ret = tt_engine_wait(s->eng, &b);
+		ret = wret;
 	free(ios);
 	if (ret)
 		return tt_seterr(ret, "writing the slot table failed: %s", strerror(-ret));
