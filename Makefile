@@ -74,6 +74,7 @@ $(BUILD)/tests/%: libtutti/tests/%.c $(BUILD)/libtutti.a $(wildcard libtutti/tes
 
 # The fault-model driver is its own file, so the HIL guests can build it with their own main.
 $(BUILD)/tests/test_fault_model: libtutti/tests/test_fault_model.c libtutti/tests/fault_model.c \
+		libtutti/tests/fault_model_check.c \
 		$(BUILD)/libtutti.a $(wildcard libtutti/tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(filter %.c,$^) -o $@ $(BUILD)/libtutti.a $(LDFLAGS) $(LIBS)

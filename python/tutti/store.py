@@ -334,7 +334,7 @@ class Store(_cstore.BlockMethods):
 
     @property
     def engine(self) -> str:
-        """I/O engine in use: "uring" or "psync"."""
+        """I/O engine in use: "uring", "psync", "kqueue", or "fault:..." (fault injection, for tests)."""
         return self._engine
 
     def _info(self):
