@@ -69,7 +69,8 @@ int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
 	t->layer_state[layer] = ret ? LAYER_DONE : LAYER_SUBMITTED;
 	if (!ret)
 		return 0;
-	/* Whatever of this layer moved must not count. */
+	/* Whatever of this layer moved must not count (the layer keeps the path's errno). */
+	t->layer_ret[layer] = ret;
 	txn_fail_layer(t, layer, -EIO);
 	snprintf(what, sizeof(what), "layer %u: ", layer);
 	return dp_err(ret, t->dpo->name, what);
