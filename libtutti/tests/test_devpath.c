@@ -94,7 +94,7 @@ static struct {
 	unsigned n;
 	int fail_layer;		/* @layer fails for this layer */
 	int eio_layer;		/* @wait fails for this layer ... */
-	unsigned eio_block;	/* ... and this block is reported failed */
+	unsigned eio_block;	/* ... and this block is reported failed (>= n: none) */
 	unsigned begins, ends;
 } w;
 
@@ -124,7 +124,7 @@ static int w_collect(void *txn, int32_t *status, uint64_t *sums)
 {
 	int ret = tt_devpath_host.collect(txn, status, sums);
 
-	if (w.eio_layer >= 0)
+	if (w.eio_layer >= 0 && w.eio_block < w.n)
 		status[w.eio_block] = -EIO;
 	return ret;
 }
@@ -372,6 +372,33 @@ static void test_failures(struct tt_store *s)
 	tap_eq(tt_store_lookup(s, keys, 3, slots), 2, "the failed block was not committed");
 	tap_eq(slots[1], (unsigned long long)-1, "its key is a miss");
 	tap_eq(n_free(s), free0 - 2, "its slot went back to the free list");
+	w_reset();
+
+	/*
+	 * Layer 1's wait failed but the path names no block (it knew only the
+	 * layer): every block fails, a write commits nothing, a read of
+	 * intact blocks reports -EIO and drops nothing.
+	 */
+	kid[0] = 45, kid[1] = 46, kid[2] = 47;
+	keys_of(kid, 3, keys);
+	free0 = n_free(s);
+	w.eio_layer = 1;
+	w.eio_block = 99;
+	tt_store_write_begin(s, keys, 3, &t);
+	tt_txn_bind_device(t, ids);
+	tap_eq(run_all(t, st), 0, "layer failure naming no block: nothing committed");
+	tap_ok(st[0] == -EIO && st[1] == -EIO && st[2] == -EIO, "every block -EIO (%d %d %d)",
+	       st[0], st[1], st[2]);
+	tap_eq(n_free(s), free0, "every slot free again");
+	kid[0] = 40, kid[1] = 42, kid[2] = 40;
+	keys_of(kid, 3, keys);
+	tap_eq(tt_store_lookup(s, keys, 2, slots), 2, "2 stored blocks");
+	tt_store_read_begin(s, slots, 2, &t);
+	tt_txn_bind_device(t, ids);
+	tap_eq(run_all(t, st), 0, "read, layer failure naming no block: no block ok");
+	tap_ok(st[0] == -EIO && st[1] == -EIO, "both -EIO, not fine and not corrupt (%d %d)",
+	       st[0], st[1]);
+	tap_eq(tt_store_lookup(s, keys, 2, slots), 2, "both still stored");
 	w_reset();
 
 	/* Submission of layer 2 failed: nothing of the transaction commits. */

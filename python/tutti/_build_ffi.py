@@ -242,6 +242,7 @@ struct tt_check_result {
     uint64_t bad;
     uint64_t bad_records;
     uint64_t repaired;
+    uint64_t unreadable;
     ...;
 };
 
@@ -278,6 +279,12 @@ int tt_store_get(struct tt_store *s, const uint8_t key[16], void *buf, size_t le
 int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count, int repair,
                    struct tt_check_result *res, int64_t *bad, unsigned bad_cap);
 int tt_store_register_memory(struct tt_store *s, void *addr, size_t len);
+
+/* ---- added by the store helper (issue 12), by hand: drop this block when the cdef is
+   generated from the headers (tt_check_result.unreadable above is in the header too) ---- */
+/* fault.h */
+int tt_store_set_faults(struct tt_store *s, const char *spec);
+/* ---- end of the store helper's block ---- */
 
 /* kqueue.h: tutti.ko nodes and handing controllers to the module (tutti-admin attach/detach/health) */
 struct tt_kinfo {

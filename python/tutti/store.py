@@ -334,7 +334,7 @@ class Store(_cstore.BlockMethods):
 
     @property
     def engine(self) -> str:
-        """I/O engine in use: "uring" or "psync"."""
+        """I/O engine in use: "uring", "psync", "kqueue", or "fault:..." (fault injection, for tests)."""
         return self._engine
 
     def _info(self):
@@ -401,8 +401,9 @@ class Store(_cstore.BlockMethods):
         """Verify committed slots in [first, first + count), ``chunk`` slots per C call.
 
         ``progress(done_slots)`` is called after each chunk.  ``repair`` clears
-        bad slots and damaged records durably.  Returns the totals and the list
-        of bad slots.
+        bad slots (read, but failing their checksum) and damaged records durably;
+        slots that could not be read (an I/O error) are counted ``unreadable`` and
+        kept.  Returns the totals and the list of bad slots.
         """
         n_slots = self._geometry.n_slots
         if not 0 <= first <= n_slots:
@@ -421,8 +422,16 @@ class Store(_cstore.BlockMethods):
             pos += n
             if progress is not None:
                 progress(pos - first)
-        return {**_struct_dict(res, ("checked", "ok", "bad", "bad_records", "repaired")),
+        return {**_struct_dict(res, ("checked", "ok", "bad", "bad_records", "repaired", "unreadable")),
                 "bad_slots": bad_slots}
+
+    def set_faults(self, spec: str) -> None:
+        """Arm fault-injection rules (libtutti's fault.h text form; "" disarms), for tests.
+
+        Only a store opened with a ``fault:...`` engine (or with TUTTI_FAULTS set) injects
+        faults; on any other the call fails (EOPNOTSUPP).  Rules count I/O from now on.
+        """
+        check(lib.tt_store_set_faults(self._handle(), spec.encode()))
 
 
 __all__ = ["Store", "Txn", "WriteTxn", "ReadTxn", "key_from_bytes"]

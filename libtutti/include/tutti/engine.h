@@ -9,6 +9,8 @@
  *
  *   uring   files/block devices via io_uring, O_DIRECT (default)
  *   psync   preadv/pwritev, for kernels where io_uring is unavailable
+ *   kqueue  tutti.ko queue pairs (kqueue.h)
+ *   fault:X engine X with injected faults, for tests (fault.h)
  *
  * Later engines (kernel queues, GPU rings, emulated controller, GDS) keep
  * this interface.
@@ -72,7 +74,9 @@ struct tt_engine;
 
 /**
  * tt_engine_open() - create an engine over opened member files
- * @name: "uring", "psync" or "auto" (uring, falling back to psync)
+ * @name: "uring", "psync", "kqueue", "auto" (uring, falling back to psync),
+ *        or "fault:NAME" (NAME wrapped by the fault engine, fault.h; so is
+ *        every engine while TUTTI_FAULTS is set)
  * @fds: file descriptors, one per member, opened with O_DIRECT
  * @n: number of members
  * @params: tuning, or NULL for defaults
@@ -108,7 +112,10 @@ int tt_engine_register(struct tt_engine *e, void *addr, size_t len);
  * @e: engine
  * @b: batch with @ios and @n set; the arrays must live until it completes
  *
- * Return: 0 or a negative errno if nothing could be started.
+ * Return: 0, or a negative errno: the batch failed, but ios of it may have
+ * started (an engine may push part of a batch before the rest is refused).
+ * Either way call tt_engine_wait() before reusing @b or the memory of its
+ * ios; only its completed ios' results (tt_io.res) say what moved.
  */
 int tt_engine_submit(struct tt_engine *e, struct tt_batch *b);
 

@@ -8,9 +8,28 @@
  *
  * Data safety: a slot is published only by its commit record, written after
  * the slot's data is durable, and the record carries a checksum of the data.
- * A slot being overwritten is first made empty on disk.  A read whose bytes
- * do not match the record's checksum is reported per block and the slot is
- * dropped: the store never serves bytes that differ from what was stored.
+ * A slot being overwritten is first made empty on disk, and a slot is reused
+ * only once its EMPTY record is on disk.  A read whose bytes do not match the
+ * record's checksum is reported per block and the slot is dropped: the store
+ * never serves bytes that differ from what was stored.
+ *
+ * Per-block status codes (tt_txn_finish(), tt_txn_prepare()); one rule for
+ * every path, host memory or a device data path:
+ *   0            ok: a read's memory holds exactly the stored bytes, a
+ *                write's block is committed (or was already stored)
+ *   -EBADMSG     read: the bytes were read without error but fail their
+ *                checksum: the block is corrupt and its slot was dropped
+ *   I/O error    -EIO, or the engine's own errno (-ENOSPC: a member's
+ *                filesystem is full; -ETIMEDOUT, -EAGAIN, ...): the block's
+ *                bytes did not all move.  A read's memory holds undefined
+ *                bytes and the stored block is kept (an I/O error is never
+ *                taken for corruption, verification on or off); a write's
+ *                block is not committed
+ *   -ENODATA     write: a layer was never submitted, nothing committed
+ *   -ECANCELED   write: vetoed (tt_txn_veto())
+ * A block keeps the first failure it met; when only a whole layer is known
+ * to have failed (a refused submit, a data path's layer error), every block
+ * with bytes in that layer fails.
  *
  * Data moves layer by layer through transactions (struct tt_txn): begin with
  * the blocks, then one call per layer that submits that layer's objects of
@@ -206,9 +225,13 @@ int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count,
  * @out: the transaction
  *
  * Picks a slot per key: free first, then the least recently used (the
- * victim is made empty on disk before any of its bytes change).  A key
- * already committed is not stored again (tt_txn_slot() reports it).
- * Return: 0, -ENOSPC (every slot pinned by a transaction) or an error.
+ * victim is made empty on disk before any of its bytes change; if that
+ * cannot be recorded, nothing is evicted).  After a write met a full
+ * filesystem (-ENOSPC), evicting comes before free slots, which may have no
+ * space behind them.  A key already committed is not stored again
+ * (tt_txn_slot() reports it).
+ * Return: 0, -ENOSPC (more new keys than slots free or evictable: refused
+ * before anything is evicted) or an error.
  */
 int tt_store_write_begin(struct tt_store *s, const uint8_t *keys, unsigned n,
 			 struct tt_txn **out);
@@ -238,26 +261,33 @@ int64_t tt_txn_slot(const struct tt_txn *t, unsigned i, int *present);
  * Writes copy nothing for aligned memory; the checksum of each object is
  * taken while the device writes it, so the caller must not change the
  * memory of a submitted layer before tt_txn_finish().
- * Return: 0 or a negative errno.
+ * Return: 0 or a negative errno.  If the engine refused the layer, whatever
+ * of it had started has landed, every block of the transaction with bytes
+ * to move is failed with that error, and the transaction can still be
+ * finished (the other blocks' outcome stands) or aborted.
  */
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		 const uint32_t *block_ids);
 
 /**
  * tt_txn_wait_layer() - wait for one submitted layer; verify reads
- * Return: 0, or the first I/O error of that layer (blocks are marked).
+ * Return: 0, or the first I/O error of that layer, or the layer's failure
+ * at submit (the blocks concerned are marked).
  */
 int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer);
 
 /**
  * tt_txn_finish() - complete the transaction and free it
  * @t: transaction
- * @status: out (may be NULL), per block: 0 ok; for reads -EBADMSG
- *          (checksum mismatch, slot dropped) or -EIO; for writes -EIO
+ * @status: out (may be NULL), per block: the codes at the top of this file
  *
  * Writes: waits for data, flushes, then writes the commit records and
  * flushes again; blocks with a layer never submitted are not committed
- * (-ENODATA).  Reads: compares every block's checksum.
+ * (-ENODATA).  If the data flush fails, nothing is committed.  If only the
+ * commit records fail to reach the disk, the error is returned and the
+ * blocks whose status is 0 are served by this handle (their data is
+ * durable) but may be absent after a reopen (never wrong).  Reads: compares
+ * every block's checksum.
  * Return: number of blocks ok, or a negative errno.
  */
 int tt_txn_finish(struct tt_txn *t, int32_t *status);
@@ -292,14 +322,16 @@ int tt_txn_veto(struct tt_txn *t, unsigned i);
 /**
  * tt_store_put() - store one block held contiguously in @buf
  * @buf: n_layers * n_spans objects of span_bytes each, (layer, span) order
- * Return: 0 (also if already present) or a negative errno.
+ * Return: 0 (also if already present) or a negative errno (-ENOSPC: a
+ * member's filesystem is full; the store evicts to make room next time).
  */
 int tt_store_put(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
 		 const void *buf, size_t len);
 
 /**
  * tt_store_get() - load one block into @buf (layout as tt_store_put())
- * Return: 0, -ENOENT (miss) or -EBADMSG (corrupt, dropped).
+ * Return: 0, -ENOENT (miss), -EBADMSG (corrupt, dropped) or an I/O error
+ * (the block is kept; @buf holds undefined bytes).
  */
 int tt_store_get(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
 		 void *buf, size_t len);
@@ -307,9 +339,10 @@ int tt_store_get(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
 struct tt_check_result {
 	uint64_t checked;	/* committed slots read */
 	uint64_t ok;
-	uint64_t bad;		/* checksum mismatch or unreadable */
+	uint64_t bad;		/* read, but the bytes fail their checksum */
 	uint64_t bad_records;	/* damaged slot records in the range */
 	uint64_t repaired;	/* bad slots/records cleared (repair only) */
+	uint64_t unreadable;	/* an I/O error: kept, never repaired */
 };
 
 /**
@@ -317,12 +350,14 @@ struct tt_check_result {
  * @s: store
  * @first: first slot
  * @count: number of slots (clamped to the store)
- * @repair: clear bad slots and damaged records (durably)
+ * @repair: clear bad slots and damaged records (durably); a slot that could
+ *          not be read (I/O error) is counted unreadable and never cleared
  * @res: out; counts are added to it, so a caller can check in chunks
  * @bad: out (may be NULL), slot numbers found bad, up to @bad_cap
  * @bad_cap: capacity of @bad
  *
- * Return: number of bad slots found in this call, or a negative errno.
+ * Return: number of bad slots and damaged records found in this call (not
+ * counting unreadable ones), or a negative errno.
  */
 int tt_store_check(struct tt_store *s, uint64_t first, uint64_t count,
 		   int repair, struct tt_check_result *res, int64_t *bad,

@@ -7,6 +7,7 @@
  *   format.h  on-disk format v1: superblock and slot records
  *   layout.h  geometry and the arithmetic address of every object
  *   engine.h  I/O engines: move batches of objects between store and memory
+ *   fault.h   a fault-injecting engine wrapping any other (for tests)
  *   store.h   the object store: format/open, lookup, layer-wise put/get, check
  */
 #ifndef TUTTI_TUTTI_H
@@ -22,5 +23,6 @@
 #include "tutti/layout.h"
 #include "tutti/engine.h"
 #include "tutti/store.h"
+#include "tutti/fault.h"
 
 #endif

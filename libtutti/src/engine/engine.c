@@ -12,6 +12,14 @@
 int tt_engine_open(const char *name, const int *fds, unsigned n,
 		   const struct tt_engine_params *params, struct tt_engine **out)
 {
+	if (tt_fault_wanted(name))	/* fault.c: "fault:INNER" or TUTTI_FAULTS */
+		return tt_fault_engine_open(name, fds, n, params, out);
+	return tt_engine_open_plain(name, fds, n, params, out);
+}
+
+int tt_engine_open_plain(const char *name, const int *fds, unsigned n,
+			 const struct tt_engine_params *params, struct tt_engine **out)
+{
 	struct tt_engine *e;
 	int auto_pick = !name || !*name || !strcmp(name, "auto");
 	int ret;
@@ -133,6 +141,8 @@ int tt_engine_done(struct tt_engine *e, struct tt_batch *b)
 
 int tt_engine_flush(struct tt_engine *e)
 {
+	if (e->ops->flush)
+		return e->ops->flush(e);
 	for (unsigned m = 0; m < e->n_members; m++) {
 		if (fdatasync(e->fds[m]))
 			return tt_seterr(-errno, "flush of member %u failed: %s", m,

@@ -24,6 +24,8 @@ struct tt_engine_ops {
 	/* Process completions; with @wait, block until at least one. */
 	int (*reap)(struct tt_engine *e, int wait);
 	int (*reg)(struct tt_engine *e, void *addr, size_t len);
+	/* Make completed writes durable; NULL: fdatasync every member. */
+	int (*flush)(struct tt_engine *e);
 };
 
 struct tt_engine {
@@ -67,6 +69,15 @@ void tt_req_complete(struct tt_engine *e, const struct tt_req *r, int res);
 
 /* Move @r synchronously with preadv/pwritev from byte @done on; 0 or -errno. */
 int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done);
+
+/* tt_engine_open() without the fault wrapper (which uses it for its inner engine). */
+int tt_engine_open_plain(const char *name, const int *fds, unsigned n,
+			 const struct tt_engine_params *params, struct tt_engine **out);
+
+/* fault.c: is a fault engine asked for (by @name or TUTTI_FAULTS)?  Open one. */
+int tt_fault_wanted(const char *name);
+int tt_fault_engine_open(const char *name, const int *fds, unsigned n,
+			 const struct tt_engine_params *params, struct tt_engine **out);
 
 extern const struct tt_engine_ops tt_uring_ops;
 extern const struct tt_engine_ops tt_psync_ops;

@@ -16,7 +16,12 @@ static void note_bad(int64_t slot, int64_t *bad, unsigned bad_cap, unsigned *n_b
 	(*n_bad)++;
 }
 
-/* Verify up to CHECK_BATCH committed slots; returns bad count or -errno. */
+/*
+ * Verify up to CHECK_BATCH committed slots; returns bad count or -errno.
+ * A slot is bad only if its bytes were read and fail their checksum; one
+ * that could not be read (an I/O error) is counted unreadable and kept:
+ * repair must never clear a slot because of an I/O error.
+ */
 static int check_batch(struct tt_store *s, const int64_t *slots, unsigned n,
 		       const struct tt_memmap *map, int repair,
 		       struct tt_check_result *res, int64_t *bad, unsigned bad_cap,
@@ -33,13 +38,9 @@ static int check_batch(struct tt_store *s, const int64_t *slots, unsigned n,
 	if (ret)
 		return ret;
 	tt_txn_keep_bad(t);
-	for (uint32_t l = 0; l < s->geo.n_layers; l++) {
-		ret = tt_txn_layer(t, l, map, ids);
-		if (ret) {
-			tt_txn_abort(t);
-			return ret;
-		}
-	}
+	/* A layer that fails fails its blocks (unreadable): go on with the rest. */
+	for (uint32_t l = 0; l < s->geo.n_layers; l++)
+		tt_txn_layer(t, l, map, ids);
 	ret = tt_txn_finish(t, status);
 	if (ret < 0)
 		return ret;
@@ -47,6 +48,10 @@ static int check_batch(struct tt_store *s, const int64_t *slots, unsigned n,
 		res->checked++;
 		if (!status[i]) {
 			res->ok++;
+			continue;
+		}
+		if (status[i] != -EBADMSG) {
+			res->unreadable++;
 			continue;
 		}
 		res->bad++;

@@ -79,7 +79,9 @@ static int dh_io(int fd, int write, void *buf, size_t len, uint64_t off)
 
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
+		if (r < 0)
+			return -errno;	/* the engine's errno, as on the host path */
+		if (r == 0)
 			return -EIO;
 		done += (size_t)r;
 	}
@@ -124,9 +126,12 @@ static int dh_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
 			char *mp = (char *)(uintptr_t)(mem->base[m] +
 						       (uint64_t)d->ids[i] * mem->stride[m]);
 
-			if (dh_object(d, i, layer, k, mp)) {
-				d->status[i] = -EIO;
-				d->layer_ret[layer] = -EIO;
+			int err = dh_object(d, i, layer, k, mp);
+
+			if (err) {
+				if (!d->status[i])
+					d->status[i] = err;
+				d->layer_ret[layer] = err;
 			}
 		}
 	}

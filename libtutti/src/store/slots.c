@@ -12,6 +12,10 @@
 #include "../support/util.h"
 
 #define RECS_PER_PAGE (TT_OBJ_ALIGN / TT_RECORD_SIZE)
+/* After a full filesystem, every this many allocations try a free slot again. */
+#define NOSPACE_RETRY 64u
+
+static void write_record(struct tt_store *s, uint64_t slot);
 
 static uint64_t key_hash(const uint8_t *key)
 {
@@ -94,6 +98,17 @@ static void lru_push_tail(struct tt_slots *t, uint32_t s)
 	t->lru_tail = s;
 }
 
+static void lru_push_head(struct tt_slots *t, uint32_t s)
+{
+	t->prev[s] = TT_NIL;
+	t->next[s] = t->lru_head;
+	if (t->lru_head != TT_NIL)
+		t->prev[t->lru_head] = s;
+	else
+		t->lru_tail = s;
+	t->lru_head = s;
+}
+
 void tt_slots_touch(struct tt_slots *t, uint64_t slot)
 {
 	if (t->state[slot] != TT_MS_COMMITTED || t->lru_tail == slot)
@@ -110,6 +125,7 @@ void tt_slots_free(struct tt_slots *t)
 	free(t->prev);
 	free(t->next);
 	free(t->free);
+	free(t->clearing);
 	free(t->ht);
 	free(t->dirty);
 	memset(t, 0, sizeof(*t));
@@ -132,6 +148,50 @@ static int is_zero(const void *p, size_t n)
 		if (b[i])
 			return 0;
 	return 1;
+}
+
+/* Wait with reusing @slot until its (now EMPTY) record is on disk. */
+static void wait_for_clear(struct tt_slots *t, uint64_t slot)
+{
+	t->state[slot] = TT_MS_CLEARING;
+	t->clearing[t->n_clearing++] = (uint32_t)slot;
+}
+
+/*
+ * An older commit of a key committed again in another slot (its EMPTY record
+ * never reached the disk): cleared now, reused once that is on disk.
+ */
+static void clear_stale(struct tt_store *s, uint64_t slot)
+{
+	struct tt_slot_record *r = &s->slots.rec[slot];
+	uint64_t gen = r->gen;
+
+	memset(r, 0, sizeof(*r));
+	r->gen = gen + 1;
+	r->state = TT_SLOT_EMPTY;
+	write_record(s, slot);
+	wait_for_clear(&s->slots, slot);
+}
+
+/* Index the committed record of @slot; of two records of one key the newest wins. */
+static void load_committed(struct tt_store *s, uint64_t slot)
+{
+	struct tt_slots *t = &s->slots;
+	const struct tt_slot_record *r = &t->rec[slot];
+	int64_t prev = tt_slots_find(t, r->key);
+
+	if (r->commit_seq >= t->next_seq)
+		t->next_seq = r->commit_seq + 1;
+	if (prev >= 0 && t->rec[prev].commit_seq >= r->commit_seq) {
+		clear_stale(s, slot);
+		return;
+	}
+	if (prev >= 0) {
+		ht_remove(t, (uint64_t)prev);
+		clear_stale(s, (uint64_t)prev);
+	}
+	t->state[slot] = TT_MS_COMMITTED;
+	ht_insert(t, slot);
 }
 
 static int cmp_seq(const void *a, const void *b, void *arg)
@@ -162,11 +222,12 @@ int tt_slots_load(struct tt_store *s)
 	t->prev = malloc(n * sizeof(*t->prev));
 	t->next = malloc(n * sizeof(*t->next));
 	t->free = malloc(n * sizeof(*t->free));
+	t->clearing = malloc(n * sizeof(*t->clearing));
 	t->ht = calloc(ht_size, sizeof(*t->ht));
 	t->dirty = calloc(pages, 1);
 	order = malloc(n * sizeof(*order));
 	if (!t->rec || !t->state || !t->pins || !t->prev || !t->next || !t->free ||
-	    !t->ht || !t->dirty || !order) {
+	    !t->clearing || !t->ht || !t->dirty || !order) {
 		free(order);
 		tt_slots_free(t);
 		return tt_seterr(-ENOMEM, "out of memory for %llu slots",
@@ -185,22 +246,17 @@ int tt_slots_load(struct tt_store *s)
 
 		t->prev[i] = t->next[i] = TT_NIL;
 		if (is_zero(r, sizeof(*r)))
-			t->state[i] = TT_MS_FREE;	/* never written */
-		else if (!tt_slot_record_ok(s, i))
+			continue;	/* never written: free */
+		if (!tt_slot_record_ok(s, i)) {
 			t->state[i] = TT_MS_BAD;
-		else if (r->state == TT_SLOT_COMMITTED && tt_slots_find(t, r->key) < 0)
-			t->state[i] = TT_MS_COMMITTED;
-		else
-			t->state[i] = TT_MS_FREE;	/* empty, or a stale duplicate */
-		if (t->state[i] == TT_MS_COMMITTED) {
-			ht_insert(t, i);
-			order[n_commit++] = (uint32_t)i;
-			if (r->commit_seq >= t->next_seq)
-				t->next_seq = r->commit_seq + 1;
-		} else if (t->state[i] == TT_MS_BAD) {
 			t->n_bad++;
+		} else if (r->state == TT_SLOT_COMMITTED) {
+			load_committed(s, i);
 		}
 	}
+	for (uint64_t i = 0; i < n; i++)
+		if (t->state[i] == TT_MS_COMMITTED)
+			order[n_commit++] = (uint32_t)i;
 	/* LRU order across restarts: commit order. */
 	qsort_r(order, n_commit, sizeof(*order), cmp_seq, t->rec);
 	for (uint64_t i = 0; i < n_commit; i++)
@@ -211,6 +267,9 @@ int tt_slots_load(struct tt_store *s)
 		if (t->state[i] == TT_MS_FREE)
 			t->free[t->n_free++] = (uint32_t)i;
 	free(order);
+	/* Stale duplicates: their EMPTY records now (a failure: at a later sync). */
+	if (t->n_clearing && !(s->flags & TT_OPEN_RDONLY) && tt_slots_sync(s, 1))
+		tt_clearerr();
 	return 0;
 }
 
@@ -227,32 +286,110 @@ static void write_record(struct tt_store *s, uint64_t slot)
 	mark_dirty(s, slot);
 }
 
-int64_t tt_slots_alloc(struct tt_store *s, int *evicted)
+/* The least recently used committed slot no transaction pins, or TT_NIL. */
+static uint32_t lru_victim(const struct tt_slots *t)
 {
-	struct tt_slots *t = &s->slots;
 	uint32_t v;
 
+	for (v = t->lru_head; v != TT_NIL; v = t->next[v])
+		if (!t->pins[v])
+			break;
+	return v;
+}
+
+/*
+ * After a write met a full filesystem: a slot that held data has space
+ * behind it, a free one may not (a sparse member file), so evict first.
+ * Now and then a free slot is tried again: the space may be back.
+ */
+static int evict_first(struct tt_slots *t)
+{
+	return t->nospace && ++t->nospace_allocs % NOSPACE_RETRY != 0;
+}
+
+int64_t tt_slots_alloc(struct tt_store *s, int *evicted, struct tt_slot_record *old)
+{
+	struct tt_slots *t = &s->slots;
+	uint32_t v = TT_NIL;
+
 	*evicted = 0;
-	if (t->n_free) {
+	if (t->n_free && !(evict_first(t) && (v = lru_victim(t)) != TT_NIL)) {
 		v = t->free[--t->n_free];
 		t->state[v] = TT_MS_WRITING;
 		return v;
 	}
-	for (v = t->lru_head; v != TT_NIL; v = t->next[v])
-		if (!t->pins[v])
-			break;
+	if (v == TT_NIL)
+		v = lru_victim(t);
 	if (v == TT_NIL)
 		return -1;
+	*old = t->rec[v];
 	tt_slots_set_empty(s, v, TT_MS_WRITING);
 	s->st.evictions++;
 	*evicted = 1;
 	return v;
 }
 
+uint64_t tt_slots_can_take(struct tt_store *s, uint64_t need)
+{
+	struct tt_slots *t = &s->slots;
+	uint64_t can;
+
+	/* Slots waiting for their EMPTY record come before evicting good blocks. */
+	if (t->n_free < need && t->n_clearing)
+		tt_slots_sync(s, 1);
+	can = t->n_free;
+	for (uint32_t v = t->lru_head; v != TT_NIL && can < need; v = t->next[v])
+		can += !t->pins[v];
+	return can;
+}
+
+void tt_slots_unevict(struct tt_store *s, uint64_t slot, const struct tt_slot_record *old)
+{
+	struct tt_slots *t = &s->slots;
+
+	t->rec[slot] = *old;
+	mark_dirty(s, slot);	/* the disk may hold the EMPTY one: write it back */
+	t->state[slot] = TT_MS_COMMITTED;
+	ht_insert(t, slot);
+	lru_push_head(t, (uint32_t)slot);
+	t->n_committed++;
+	s->st.evictions--;
+}
+
+void tt_slots_note_nospace(struct tt_slots *t)
+{
+	t->nospace = 1;
+	t->nospace_allocs = 0;
+}
+
+void tt_slots_note_space(struct tt_slots *t)
+{
+	t->nospace = 0;
+}
+
 void tt_slots_release(struct tt_slots *t, uint64_t slot)
 {
+	/* Its record may still say COMMITTED on disk: reuse waits for the EMPTY one. */
+	if (t->dirty[slot / RECS_PER_PAGE]) {
+		wait_for_clear(t, slot);
+		return;
+	}
 	t->state[slot] = TT_MS_FREE;
 	t->free[t->n_free++] = (uint32_t)slot;
+}
+
+/* Every record is on disk: slots waiting for theirs become free. */
+static void clearing_done(struct tt_slots *t)
+{
+	for (uint64_t i = 0; i < t->n_clearing; i++) {
+		uint32_t slot = t->clearing[i];
+
+		if (t->state[slot] != TT_MS_CLEARING)
+			continue;
+		t->state[slot] = TT_MS_FREE;
+		t->free[t->n_free++] = slot;
+	}
+	t->n_clearing = 0;
 }
 
 void tt_slots_unpin(struct tt_slots *t, uint64_t slot)
@@ -314,12 +451,14 @@ int tt_slots_sync(struct tt_store *s, int flush)
 	uint64_t pages = s->sb.table_bytes / TT_OBJ_ALIGN, n = 0;
 	struct tt_batch b = { 0 };
 	struct tt_io *ios;
-	int ret;
+	int ret, wret;
 
 	for (uint64_t p = 0; p < pages; p++)
 		n += t->dirty[p];
-	if (!n)
+	if (!n) {
+		clearing_done(t);
 		return 0;
+	}
 	ios = calloc(n, sizeof(*ios));
 	if (!ios)
 		return tt_seterr(-ENOMEM, "out of memory");
@@ -337,11 +476,20 @@ int tt_slots_sync(struct tt_store *s, int flush)
 	b.ios = ios;
 	b.n = (uint32_t)n;
 	ret = tt_engine_submit(s->eng, &b);
+	/* Even a refused batch: what of it started must land before @ios goes. */
+	wret = tt_engine_wait(s->eng, &b);
 	if (!ret)
-		ret = tt_engine_wait(s->eng, &b);
+		ret = wret;
 	free(ios);
 	if (ret)
 		return tt_seterr(ret, "writing the slot table failed: %s", strerror(-ret));
+	if (!flush)
+		return 0;	/* written, not yet durable: still dirty */
+	ret = tt_engine_flush(s->eng);
+	if (ret)
+		return tt_seterr(ret, "flushing the slot table failed: %s", strerror(-ret));
+	/* Only records on disk make their pages clean. */
 	memset(t->dirty, 0, pages);
-	return flush ? tt_engine_flush(s->eng) : 0;
+	clearing_done(t);
+	return 0;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "tutti/error.h"
+#include "tutti/fault.h"
 #include "store_impl.h"
 #include "../support/util.h"
 
@@ -275,6 +276,11 @@ void tt_store_close(struct tt_store *s)
 	free(s);
 }
 
+struct tt_engine *tt_store_engine(struct tt_store *s)
+{
+	return s->eng;
+}
+
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s)
 {
 	return &s->geo;
@@ -455,6 +461,10 @@ static int one_block(struct tt_store *s, struct tt_txn *t, const void *buf)
 	if (status == -EBADMSG)
 		return tt_seterr(-EBADMSG, "stored block is corrupt (checksum mismatch); "
 				 "it was dropped");
+	if (status == -ENOSPC)
+		return tt_seterr(-ENOSPC, "no space left on a member's filesystem: the block "
+				 "was not stored (later writes evict old blocks to reuse their "
+				 "space)");
 	if (status)
 		return tt_seterr(status, "block I/O failed: %s", strerror(-status));
 	return 0;
@@ -474,8 +484,10 @@ int tt_store_put(struct tt_store *s, const uint8_t key[TT_KEY_BYTES],
 	if (ret)
 		return ret;
 	tt_txn_slot(t, 0, &present);
-	if (present)
-		return tt_txn_finish(t, NULL) < 0 ? -EIO : 0;
+	if (present) {
+		ret = tt_txn_finish(t, NULL);
+		return ret < 0 ? ret : 0;
+	}
 	return one_block(s, t, buf);
 }
 

@@ -16,6 +16,7 @@ enum tt_slot_state {
 	TT_MS_WRITING,		/* owned by a write transaction */
 	TT_MS_BAD,		/* damaged record: never served, kept for check */
 	TT_MS_DROPPED,		/* emptied while pinned: freed at last unpin */
+	TT_MS_CLEARING,		/* emptied, EMPTY record not on disk yet: not reusable */
 };
 
 #define TT_NIL UINT32_MAX
@@ -27,8 +28,12 @@ struct tt_slots {
 	uint32_t *pins;			/* open transactions using the slot */
 	uint32_t *prev, *next;		/* LRU list of committed slots */
 	uint32_t lru_head, lru_tail;	/* head = least recently used */
-	uint32_t *free;			/* stack of free slots */
+	uint32_t *free;			/* stack of free slots (EMPTY on disk) */
 	uint64_t n_free;
+	uint32_t *clearing;		/* slots waiting for their EMPTY record */
+	uint64_t n_clearing;
+	uint32_t nospace;		/* a write met a full filesystem: evict first */
+	uint32_t nospace_allocs;
 	uint32_t *ht;			/* key index: slot + 1, 0 = empty */
 	uint64_t ht_mask;
 	uint64_t n_committed;
@@ -72,7 +77,11 @@ int tt_slots_load(struct tt_store *s);
 void tt_slots_free(struct tt_slots *t);
 int64_t tt_slots_find(struct tt_slots *t, const uint8_t *key);
 void tt_slots_touch(struct tt_slots *t, uint64_t slot);
-int64_t tt_slots_alloc(struct tt_store *s, int *evicted);
+int64_t tt_slots_alloc(struct tt_store *s, int *evicted, struct tt_slot_record *old);
+uint64_t tt_slots_can_take(struct tt_store *s, uint64_t need);
+void tt_slots_unevict(struct tt_store *s, uint64_t slot, const struct tt_slot_record *old);
+void tt_slots_note_nospace(struct tt_slots *t);
+void tt_slots_note_space(struct tt_slots *t);
 void tt_slots_release(struct tt_slots *t, uint64_t slot);
 void tt_slots_unpin(struct tt_slots *t, uint64_t slot);
 void tt_slots_set_empty(struct tt_store *s, uint64_t slot, enum tt_slot_state st);

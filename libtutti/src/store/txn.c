@@ -14,6 +14,7 @@
  * moving and hashing to the path; slots, flushes, records and verification
  * stay here, the same code for both.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,7 @@ static void txn_free(struct tt_txn *t)
 	free(t->status);
 	free(t->keys);
 	free(t->present);
+	free(t->fresh);
 	free(t->slot);
 	free(t);
 }
@@ -80,12 +82,15 @@ static struct tt_txn *txn_new(struct tt_store *s, unsigned n, int write)
 	t->ios = calloc(L, sizeof(*t->ios));
 	t->stage = calloc(L, sizeof(*t->stage));
 	t->dst = calloc(L, sizeof(*t->dst));
+	t->layer_ret = calloc(L, sizeof(*t->layer_ret));
+	t->fresh = calloc(n ? n : 1, 1);
 	if (write)
 		t->keys = malloc((size_t)(n ? n : 1) * TT_KEY_BYTES);
 	else
 		t->expect = calloc(n ? n : 1, sizeof(*t->expect));
 	if ((!write && !t->expect) || !t->slot || !t->present || !t->status || !t->sums || !t->layer_state ||
-	    !t->batch || !t->ios || !t->stage || !t->dst || (write && !t->keys)) {
+	    !t->batch || !t->ios || !t->stage || !t->dst || !t->layer_ret || !t->fresh ||
+	    (write && !t->keys)) {
 		txn_free(t);
 		return NULL;
 	}
@@ -116,44 +121,98 @@ static void txn_release(struct tt_txn *t)
 	}
 }
 
+/* Is key @i of @t the same as an earlier key of it?  Its index, or -1. */
+static int same_key_before(const struct tt_txn *t, unsigned i)
+{
+	const uint8_t *key = t->keys + (size_t)i * TT_KEY_BYTES;
+
+	for (unsigned j = 0; j < i; j++)
+		if (!memcmp(t->keys + (size_t)j * TT_KEY_BYTES, key, TT_KEY_BYTES))
+			return (int)j;
+	return -1;
+}
+
+/*
+ * Eviction could not be recorded (the victims' EMPTY records did not reach
+ * the disk): nothing of theirs changed, so they stay stored, as they were.
+ */
+static void undo_evictions(struct tt_txn *t, const struct tt_slot_record *old)
+{
+	for (unsigned i = 0; i < t->n; i++) {
+		if (t->slot[i] < 0 || t->present[i] || t->fresh[i])
+			continue;
+		tt_slots_unevict(t->s, (uint64_t)t->slot[i], &old[i]);
+		t->slot[i] = -1;
+	}
+}
+
 int tt_store_write_begin(struct tt_store *s, const uint8_t *keys, unsigned n,
 			 struct tt_txn **out)
 {
 	struct tt_slots *sl = &s->slots;
+	struct tt_slot_record *old = NULL;
 	struct tt_txn *t;
 	int any_evicted = 0, ret;
+	int *dup = NULL;
+	uint64_t need = 0, can;
 
 	if (s->flags & TT_OPEN_RDONLY)
 		return tt_seterr(-EROFS, "store is open read-only");
 	t = txn_new(s, n, 1);
-	if (!t)
-		return tt_seterr(-ENOMEM, "out of memory");
+	old = calloc(n ? n : 1, sizeof(*old));
+	dup = calloc(n ? n : 1, sizeof(*dup));
+	if (!t || !old || !dup) {
+		ret = tt_seterr(-ENOMEM, "out of memory");
+		goto out_free;
+	}
 	memcpy(t->keys, keys, (size_t)n * TT_KEY_BYTES);
-	for (unsigned i = 0; i < n; i++)
-		t->slot[i] = -1;
+	/* Keys already stored are pinned and skipped; the others need a slot. */
 	for (unsigned i = 0; i < n; i++) {
-		const uint8_t *key = keys + (size_t)i * TT_KEY_BYTES;
-		int64_t slot = tt_slots_find(sl, key);
-		int evicted;
+		int64_t slot = tt_slots_find(sl, keys + (size_t)i * TT_KEY_BYTES);
 
-		for (unsigned j = 0; slot < 0 && j < i; j++)	/* same key twice */
-			if (!memcmp(t->keys + (size_t)j * TT_KEY_BYTES, key, TT_KEY_BYTES))
-				slot = t->slot[j];
+		t->slot[i] = -1;
+		dup[i] = slot < 0 ? same_key_before(t, i) : -1;
 		if (slot >= 0) {
 			t->present[i] = 1;
 			t->slot[i] = slot;
 			sl->pins[slot]++;
 			tt_slots_touch(sl, (uint64_t)slot);
-			continue;
+		} else if (dup[i] < 0) {
+			need++;
 		}
-		slot = tt_slots_alloc(s, &evicted);
-		if (slot < 0) {
-			ret = tt_seterr(-ENOSPC, "no slot free: all %llu slots are in use by "
-					"open transactions", (unsigned long long)sl->n);
+	}
+	/* Refuse before anything is evicted. */
+	can = tt_slots_can_take(s, need);
+	if (can < need) {
+		ret = tt_seterr(-ENOSPC, "%llu new blocks need a slot each, but only %llu can be "
+				"had (%llu free, the others pinned by open transactions or not "
+				"yet cleared on disk; the store has %llu slots)",
+				(unsigned long long)need, (unsigned long long)can,
+				(unsigned long long)sl->n_free, (unsigned long long)sl->n);
+		goto fail;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		int64_t slot;
+		int evicted;
+
+		if (t->present[i] || dup[i] >= 0)
+			continue;
+		slot = tt_slots_alloc(s, &evicted, &old[i]);
+		if (slot < 0) {	/* tt_slots_can_take() said it would not happen */
+			ret = tt_seterr(-ENOSPC, "no slot free");
 			goto fail;
 		}
 		any_evicted |= evicted;
+		t->fresh[i] = !evicted;
 		t->slot[i] = slot;
+	}
+	/* The same key twice: the second rides on the first's slot. */
+	for (unsigned i = 0; i < n; i++) {
+		if (dup[i] < 0)
+			continue;
+		t->present[i] = 1;
+		t->slot[i] = t->slot[dup[i]];
+		sl->pins[t->slot[i]]++;
 	}
 	/* Victims must be EMPTY on disk before their bytes are overwritten. */
 	if (any_evicted) {
@@ -161,12 +220,19 @@ int tt_store_write_begin(struct tt_store *s, const uint8_t *keys, unsigned n,
 		if (ret)
 			goto fail;
 	}
+	free(old);
+	free(dup);
 	txn_register(t);
 	*out = t;
 	return 0;
 fail:
+	undo_evictions(t, old);
 	txn_release(t);
-	txn_free(t);
+out_free:
+	if (t)
+		txn_free(t);
+	free(old);
+	free(dup);
 	return ret;
 }
 
@@ -308,13 +374,17 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		t->sums[(size_t)i * R + m] = tt_sum_object(dst[ios[j].tag], g->span_bytes, m);
 	}
 	if (ret) {
-		/* Nothing of this layer may count as written. */
-		for (unsigned j = 0; j < n_io; j++)
-			if (ios[j].res > 0)
-				ios[j].res = ret;
+		char why[256];
+
+		/*
+		 * Nothing of this layer may count as moved, whatever of it the
+		 * engine did start; that must land before the memory is reused.
+		 */
+		snprintf(why, sizeof(why), "%s", *tt_errmsg() ? tt_errmsg() : strerror(-ret));
 		tt_engine_wait(s->eng, &t->batch[layer]);
 		t->layer_state[layer] = LAYER_DONE;
-		return ret;
+		txn_fail_layer(t, layer, ret);
+		return tt_seterr(ret, "layer %u: submit failed: %s", layer, why);
 	}
 	return 0;
 }
@@ -334,9 +404,11 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 	if (t->dpo)
 		return txn_dev_wait(t, layer);
 	b = &t->batch[layer];
+	if (t->layer_state[layer] == LAYER_DONE) {
+		ret = t->layer_ret[layer];
+		return ret ? tt_seterr(ret, "layer %u failed: %s", layer, strerror(-ret)) : 0;
+	}
 	ret = tt_engine_wait(s->eng, b);
-	if (t->layer_state[layer] == LAYER_DONE)
-		return ret;
 	t->layer_state[layer] = LAYER_DONE;
 	for (uint32_t j = 0; j < b->n; j++) {
 		const struct tt_io *io = &b->ios[j];
@@ -344,9 +416,11 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		uint32_t m = tt_obj_index(g, layer, k);
 		char *mp = t->dst[layer][io->tag];
 
-		if (io->res) {
-			if (!t->status[i])
-				t->status[i] = -EIO;
+		if (txn_io_error(io)) {
+			/* Its bytes are not the block's: never copied, never hashed. */
+			txn_fail_block(t, i, txn_io_error(io));
+			if (!ret)
+				ret = txn_io_error(io);
 			continue;
 		}
 		if (t->write)
@@ -356,8 +430,10 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		if (!(s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad)
 			t->sums[(size_t)i * R + m] = tt_sum_object(mp, g->span_bytes, m);
 	}
-	if (ret)
+	if (ret) {
+		t->layer_ret[layer] = ret;
 		tt_seterr(ret, "I/O error in layer %u: %s", layer, strerror(-ret));
+	}
 	return ret;
 }
 
@@ -416,9 +492,13 @@ static int finish_write(struct tt_txn *t)
 			continue;
 		}
 		if (t->status[i]) {
+			if (t->status[i] == -ENOSPC)
+				tt_slots_note_nospace(sl);
 			tt_slots_release(sl, slot);
 			continue;
 		}
+		if (t->fresh[i])
+			tt_slots_note_space(sl);	/* a free slot took data: space again */
 		tt_slots_commit(s, slot, key, tt_sum_combine(&t->sums[(size_t)i * R], R));
 		s->st.commits++;
 		s->st.blocks_written++;

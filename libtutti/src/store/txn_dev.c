@@ -12,14 +12,6 @@
 #include "store_impl.h"
 #include "txn_impl.h"
 
-/* Mark every block that has bytes to move as failed (unless already). */
-static void mark_moved(struct tt_txn *t, int err)
-{
-	for (unsigned i = 0; i < t->n; i++)
-		if (!(t->write && t->present[i]) && !t->status[i])
-			t->status[i] = err;
-}
-
 /* A data path's failure, keeping its own reason (cuFile's code, ...) when it gave one. */
 static int dp_err(int ret, const char *path, const char *what)
 {
@@ -48,14 +40,9 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 			return tt_seterr(-EINVAL, "layer %u already moved through host memory", l);
 	if (t->n && !block_ids)
 		return tt_seterr(-EINVAL, "no block ids");
-	t->layer_ret = calloc(s->geo.n_layers, sizeof(*t->layer_ret));
 	slots = malloc((t->n ? t->n : 1) * sizeof(*slots));
-	if (!t->layer_ret || !slots) {
-		free(slots);
-		free(t->layer_ret);
-		t->layer_ret = NULL;
+	if (!slots)
 		return tt_seterr(-ENOMEM, "out of memory");
-	}
 	/* Blocks already stored are not written again: nothing to move. */
 	for (unsigned i = 0; i < t->n; i++)
 		slots[i] = t->write && t->present[i] ? -1 : t->slot[i];
@@ -65,11 +52,8 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 	tt_clearerr();
 	ret = s->dp_ops->begin(s->dp_ctx, &ti, &t->dp);
 	free(slots);
-	if (ret) {
-		free(t->layer_ret);
-		t->layer_ret = NULL;
+	if (ret)
 		return dp_err(ret, s->dp_ops->name, "");
-	}
 	t->dpo = s->dp_ops;
 	t->dp_live = 1;
 	return 0;
@@ -85,9 +69,9 @@ int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
 	t->layer_state[layer] = ret ? LAYER_DONE : LAYER_SUBMITTED;
 	if (!ret)
 		return 0;
-	/* Whatever of this layer moved must not count. */
+	/* Whatever of this layer moved must not count (the layer keeps the path's errno). */
 	t->layer_ret[layer] = ret;
-	mark_moved(t, -EIO);
+	txn_fail_layer(t, layer, -EIO);
 	snprintf(what, sizeof(what), "layer %u: ", layer);
 	return dp_err(ret, t->dpo->name, what);
 }
@@ -108,17 +92,28 @@ int txn_dev_wait(struct tt_txn *t, uint32_t layer)
 	return 0;
 }
 
-/* Every layer waited for: take the path's per-block status and sums. */
+/*
+ * Every layer waited for: take the path's per-block status and sums.  A
+ * layer whose wait failed while the path names no failed block (it knew only
+ * that the layer failed) fails every block it moved: never reported fine.
+ */
 void txn_dev_collect(struct tt_txn *t)
 {
 	int32_t *st = calloc(t->n ? t->n : 1, sizeof(*st));
 	int ret = st ? t->dpo->collect(t->dp, st, t->sums) : -ENOMEM;
+	int named = 0;
 
 	if (ret)
-		mark_moved(t, ret);
-	for (unsigned i = 0; st && i < t->n; i++)
-		if (st[i] && !t->status[i])
-			t->status[i] = st[i];
+		txn_fail_moved(t, ret);
+	for (unsigned i = 0; st && i < t->n; i++) {
+		if (st[i] && txn_block_moves(t, i)) {
+			txn_fail_block(t, i, st[i]);
+			named = 1;
+		}
+	}
+	for (uint32_t l = 0; !named && l < t->s->geo.n_layers; l++)
+		if (t->layer_ret[l])
+			txn_fail_moved(t, t->layer_ret[l]);
 	free(st);
 	txn_dev_end(t);
 }

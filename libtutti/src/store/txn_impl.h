@@ -33,9 +33,17 @@ struct tt_txn {
 	const struct tt_devpath_ops *dpo;	/* bound to a data path */
 	void *dp;			/* the path's handle */
 	int dp_live;			/* dp not ended yet */
-	int32_t *layer_ret;		/* bound: each layer's outcome */
+	int32_t *layer_ret;		/* each layer's failure as a whole, 0 if none */
+	uint8_t *fresh;			/* write: slot came from the free list */
 	int prepared;			/* write: data flushed by tt_txn_prepare */
 };
+
+/* txn_status.c: the per-block status rule every path follows. */
+int txn_block_moves(const struct tt_txn *t, unsigned i);
+void txn_fail_block(struct tt_txn *t, unsigned i, int err);
+void txn_fail_moved(struct tt_txn *t, int err);
+void txn_fail_layer(struct tt_txn *t, uint32_t layer, int err);
+int txn_io_error(const struct tt_io *io);
 
 /* txn_dev.c: the bound transaction's steps (txn.c calls them when t->dpo). */
 int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem);

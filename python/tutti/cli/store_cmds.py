@@ -121,7 +121,8 @@ def info_cmd(paths, as_json, **model):
 @main.command("check", epilog=EXIT_CODES)
 @_paths_arg
 @_fingerprint_options(required=False)
-@click.option("--repair", is_flag=True, help="clear bad slots and damaged records (durably)")
+@click.option("--repair", is_flag=True,
+              help="clear bad slots and damaged records (durably); unreadable slots are kept")
 @click.option("--first", type=click.IntRange(min=0), default=0, show_default=True, help="first slot to check")
 @click.option("--count", type=click.IntRange(min=1), help="slots to check (default: to the end)")
 @click.option("--chunk", type=click.IntRange(min=1), default=64, show_default=True,
@@ -131,8 +132,9 @@ def info_cmd(paths, as_json, **model):
 def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
     """Read every committed slot and verify its checksums.
 
-    Exit status 1 when bad slots or damaged records remain (after --repair:
-    only those that could not be repaired).
+    Exit status 1 when bad slots, damaged records or unreadable slots remain
+    (after --repair: those that could not be repaired).  A slot that could not
+    be read (an I/O error) is reported and never cleared: it is not corruption.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: PLC0415
 
@@ -158,6 +160,9 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
     res.setdefault("count", total)
     bad_total = int(res.get("bad", 0)) + int(res.get("bad_records", 0))
     remaining = max(0, bad_total - int(res.get("repaired", 0))) if repair else bad_total
+    # Unreadable slots (I/O errors) are never repaired: they remain problems to look at.
+    unreadable = int(res.get("unreadable", 0))
+    remaining += unreadable
     res["remaining_problems"] = remaining
     if as_json:
         _emit_json(res)
@@ -169,9 +174,12 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
             more = f" (+{len(bad_slots) - 32} more)" if len(bad_slots) > 32 else ""
             shown["bad_slots"] = ", ".join(str(x) for x in bad_slots[:32]) + more
         con.print(_kv_table(f"Check of slots {first}..{first + total - 1}", shown.items()))
+        if unreadable:
+            con.print(f"[bold red]{unreadable} slot(s) could not be read (I/O error)[/]: kept, "
+                      "not repaired (an I/O error is not corruption); check the device")
         if remaining:
             con.print(f"[bold red]{remaining} problem(s) remain[/]" +
-                      ("" if repair else "; run with --repair to clear bad slots"))
+                      ("" if repair or remaining == unreadable else "; run with --repair to clear bad slots"))
         else:
             con.print("[bold green]store is clean[/]" + (f" ({res.get('repaired', 0)} repaired)" if repair else ""))
     if remaining:
