@@ -6,6 +6,9 @@ BUILD ?= build
 CC ?= gcc
 NVCC ?= nvcc
 CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -Ilibtutti/include
+# CFLAGS_EXTRA: appended to every C compile and link (ctest-asan sets the sanitizers).
+CFLAGS_EXTRA ?=
+CFLAGS_COMMON += $(CFLAGS_EXTRA)
 LIBS := -luring -lxxhash -lpthread
 # DEPS_ROOT: a folder with liburing/xxhash headers and static libraries
 # unpacked from .debs, for machines where they cannot be installed (the H200:
