@@ -150,9 +150,13 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
 
 		if (!member_bytes)
 			return tt_seterr(-EINVAL, "capacity needed: give a slot count or a size");
-		/* Within the limits: objs per slot x stride <= 2^46 (format.h). */
-		hi = member_bytes / ((uint64_t)tt_objs_per_slot(&g) * g.obj_stride) *
-		     n_members + 1;
+		/*
+		 * Upper bound: the objects all members hold, over the objects
+		 * of a slot (members x objects <= 16 x 2^52: no overflow).
+		 * Rounding per member first, as before, lost slots: 16 members
+		 * of 4.08 slots' worth each hold 65 slots, not 64.
+		 */
+		hi = member_bytes / g.obj_stride * n_members / tt_objs_per_slot(&g) + 1;
 		hi = TT_MIN(hi, (uint64_t)TT_MAX_SLOTS + 1);
 		while (lo + 1 < hi) {	/* largest n whose need fits */
 			uint64_t mid = lo + (hi - lo) / 2, n;

@@ -74,6 +74,13 @@ void tt_sb_fill(struct tt_superblock *sb, const struct tt_format_params *p,
 /* tt_sb_read() flags */
 #define TT_SB_WRITABLE	(1u << 0)	/* the store will be written: refuse unknown ro_compat */
 int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags);
+/*
+ * tt_sb_parse() - tt_sb_read() without the I/O: the superblock a member of
+ * @size bytes whose first @len bytes are @buf describes, every check made
+ * (version, features, limits, sizes, truncation).  Fuzzable.
+ */
+int tt_sb_parse(const char *path, const void *buf, size_t len, uint64_t size,
+		unsigned flags, struct tt_superblock *sb);
 /* What the copies in @buf (a member's first @len bytes) hold; for STORE,
  * @sb (may be NULL) receives the first valid copy.  No I/O: fuzzable. */
 void tt_sb_probe(const void *buf, size_t len, struct tt_probe *out,

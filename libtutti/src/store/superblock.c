@@ -179,7 +179,7 @@ static bool reserved_clear(const struct tt_superblock *sb, const struct tt_featu
  * format computes for it (no arithmetic wraps), and the data region inside
  * the member as it really is.
  */
-static int sb_sane(const struct tt_member *m, const struct tt_superblock *sb,
+static int sb_sane(const char *path, const struct tt_superblock *sb,
 		   const struct tt_features *f)
 {
 	uint64_t table, data_off, need;
@@ -192,7 +192,7 @@ static int sb_sane(const struct tt_member *m, const struct tt_superblock *sb,
 	if (ret) {
 		snprintf(why, sizeof(why), "%s", tt_errmsg());
 		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store): %s",
-				 m->path, why);
+				 path, why);
 	}
 	if (sb->sb_size != TT_SB_SIZE || sb->member_index >= sb->n_members ||
 	    sb->table_off != TT_TABLE_OFF || sb->table_bytes != table ||
@@ -200,12 +200,12 @@ static int sb_sane(const struct tt_member *m, const struct tt_superblock *sb,
 	    sb->fp.n_layers != sb->n_layers ||
 	    sb->fp_hash != tt_sum_fingerprint(&sb->fp) || !reserved_clear(sb, f))
 		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store)",
-				 m->path);
+				 path);
 	return 0;
 }
 
 /* May this libtutti open a store with features @f, for writing if @writable? */
-static int features_allow(const struct tt_member *m, const struct tt_features *f,
+static int features_allow(const char *path, const struct tt_features *f,
 			  bool writable)
 {
 	uint64_t incompat = f->incompat & ~TT_FEAT_INCOMPAT_KNOWN;
@@ -216,56 +216,66 @@ static int features_allow(const struct tt_member *m, const struct tt_features *f
 				 "%s: the store uses incompatible features 0x%llx that this "
 				 "libtutti does not know: upgrade tutti to open it, or "
 				 "reformat it (format --force; the cache is rebuilt)",
-				 m->path, (unsigned long long)incompat);
+				 path, (unsigned long long)incompat);
 	if (ro && writable)
 		return tt_seterr(-EROFS,
 				 "%s: the store uses read-only-compatible features 0x%llx that "
 				 "this libtutti does not know: open it read-only, or upgrade "
-				 "tutti to write it", m->path, (unsigned long long)ro);
+				 "tutti to write it", path, (unsigned long long)ro);
 	return 0;
 }
 
-int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags)
+int tt_sb_parse(const char *path, const void *buf, size_t len, uint64_t size,
+		unsigned flags, struct tt_superblock *sb)
 {
-	struct tt_superblock *buf;
 	struct tt_probe pr;
 	char why[64];
 	int ret;
 
-	if (m->size < TT_TABLE_OFF)
+	if (size < TT_TABLE_OFF || len < TT_TABLE_OFF)
 		return tt_seterr(-EINVAL, "%s: not a Tutti store (%llu bytes, too small)",
-				 m->path, (unsigned long long)m->size);
-	buf = tt_alloc_aligned(TT_SB_SIZE * TT_SB_COPIES);
-	if (!buf)
-		return tt_seterr(-ENOMEM, "out of memory");
-	ret = tt_member_pread(m, buf, TT_SB_SIZE * TT_SB_COPIES, 0);
-	if (!ret)
-		tt_sb_probe(buf, TT_SB_SIZE * TT_SB_COPIES, &pr, sb);
-	free(buf);
-	if (ret)
-		return ret;
+				 path, (unsigned long long)size);
+	tt_sb_probe(buf, TT_TABLE_OFF, &pr, sb);
 	switch (pr.kind) {
 	case TT_PROBE_NONE:
-		return tt_seterr(-EINVAL, "%s: not a Tutti store (no superblock)", m->path);
+		return tt_seterr(-EINVAL, "%s: not a Tutti store (no superblock)", path);
 	case TT_PROBE_DAMAGED:
-		return tt_seterr(-EINVAL, "%s: both superblock copies are damaged", m->path);
+		return tt_seterr(-EINVAL, "%s: both superblock copies are damaged", path);
 	case TT_PROBE_OTHER_VERSION:
 		return tt_seterr(-EOPNOTSUPP,
 				 "%s: Tutti store of %s; this libtutti reads format version "
 				 "%u: upgrade tutti to open it, or reformat it (format "
 				 "--force; the cache is rebuilt)",
-				 m->path, tt_probe_describe(&pr, why, sizeof(why)),
+				 path, tt_probe_describe(&pr, why, sizeof(why)),
 				 TT_FORMAT_VERSION);
 	}
-	ret = features_allow(m, &pr.feat, flags & TT_SB_WRITABLE);
+	ret = features_allow(path, &pr.feat, flags & TT_SB_WRITABLE);
 	if (!ret)
-		ret = sb_sane(m, sb, &pr.feat);
-	if (!ret && sb->member_bytes > m->size)
+		ret = sb_sane(path, sb, &pr.feat);
+	if (!ret && sb->member_bytes > size)
 		ret = tt_seterr(-EFBIG, "%s is truncated: %llu bytes, store needs %llu",
-				m->path, (unsigned long long)m->size,
+				path, (unsigned long long)size,
 				(unsigned long long)sb->member_bytes);
 	if (!ret)
 		sb->feat = pr.feat;
+	return ret;
+}
+
+int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags)
+{
+	struct tt_superblock *buf;
+	int ret;
+
+	if (m->size < TT_TABLE_OFF)
+		return tt_seterr(-EINVAL, "%s: not a Tutti store (%llu bytes, too small)",
+				 m->path, (unsigned long long)m->size);
+	buf = tt_alloc_aligned(TT_TABLE_OFF);
+	if (!buf)
+		return tt_seterr(-ENOMEM, "out of memory");
+	ret = tt_member_pread(m, buf, TT_TABLE_OFF, 0);
+	if (!ret)
+		ret = tt_sb_parse(m->path, buf, TT_TABLE_OFF, m->size, flags, sb);
+	free(buf);
 	return ret;
 }
 
