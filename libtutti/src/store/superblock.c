@@ -194,12 +194,20 @@ static int sb_sane(const char *path, const struct tt_superblock *sb,
 		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store): %s",
 				 path, why);
 	}
-	if (sb->sb_size != TT_SB_SIZE || sb->member_index >= sb->n_members ||
-	    sb->table_off != TT_TABLE_OFF || sb->table_bytes != table ||
-	    sb->data_off != data_off || sb->member_bytes != need ||
-	    sb->fp.n_layers != sb->n_layers ||
-	    sb->fp_hash != tt_sum_fingerprint(&sb->fp) || !reserved_clear(sb, f))
-		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store)",
+	if (sb->sb_size != TT_SB_SIZE || sb->member_index >= sb->n_members)
+		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store): "
+				 "size %u, member %u of %u", path, sb->sb_size,
+				 sb->member_index, sb->n_members);
+	if (sb->table_off != TT_TABLE_OFF || sb->table_bytes != table ||
+	    sb->data_off != data_off || sb->member_bytes != need)
+		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store): "
+				 "its sizes are not those of its geometry", path);
+	if (sb->fp.n_layers != sb->n_layers || sb->fp_hash != tt_sum_fingerprint(&sb->fp))
+		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store): "
+				 "fingerprint", path);
+	if (!reserved_clear(sb, f))
+		return tt_seterr(-EINVAL, "%s: superblock is inconsistent (damaged store): "
+				 "reserved fields are not zero and no feature bit explains them",
 				 path);
 	return 0;
 }
