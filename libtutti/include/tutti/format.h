@@ -141,6 +141,8 @@ _Static_assert(sizeof(struct tt_fingerprint) == 176, "fingerprint size");
 _Static_assert(sizeof(struct tt_superblock) == TT_SB_SIZE, "superblock size");
 _Static_assert(__builtin_offsetof(struct tt_superblock, sb_sum) == TT_SB_SIZE - 8,
 	       "sb_sum is the last 8 bytes of every version's first 4 KiB");
+_Static_assert(__builtin_offsetof(struct tt_superblock, feat) == 296,
+	       "feature masks where v1 stores before them held zero padding");
 _Static_assert(sizeof(struct tt_slot_record) == TT_RECORD_SIZE, "record size");
 #endif
 

@@ -72,7 +72,7 @@ static int random_uuid(uint8_t uuid[16])
 /* Zero [off, off+len) of a member in 1 MiB writes. */
 static int zero_range(struct tt_member *m, uint64_t off, uint64_t len)
 {
-	const uint64_t chunk = 1u << 20;
+	const uint64_t chunk = TT_MIN(len, (uint64_t)1 << 20);
 	void *z = tt_alloc_aligned(chunk);
 	int ret = 0;
 
