@@ -43,8 +43,10 @@
 #define CTL_REPAIR	0x80	/* check --repair (writable opens) */
 #define CTL_SEAL_ALL	(CTL_SEAL_FP | CTL_SEAL_A | CTL_SEAL_B | CTL_SEAL_RECS)
 
-/* Members are sparse memfds no larger than this; blocks larger than
- * FUZZ_MAX_BLOCK are not read or written whole (time, not safety). */
+/*
+ * Members are sparse memfds no larger than this; blocks larger than
+ * FUZZ_MAX_BLOCK are not read or written whole (time, not safety).
+ */
 #define FUZZ_MAX_MEMBER	(16ull << 20)
 #define FUZZ_MAX_BLOCK	(1u << 20)
 #define FUZZ_MAX_MEMBERS 4u

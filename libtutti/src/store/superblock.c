@@ -79,9 +79,11 @@ static uint32_t copy_kind(const struct tt_superblock *c, size_t avail)
 	return TT_PROBE_STORE;
 }
 
-/* Which outcome wins across the copies: another version over this one (a
+/*
+ * Which outcome wins across the copies: another version over this one (a
  * half-done upgrade must not be read by the old rules), a valid copy over
- * damage, damage over nothing. */
+ * damage, damage over nothing.
+ */
 static int kind_rank(uint32_t kind)
 {
 	static const int rank[] = {
@@ -163,8 +165,10 @@ static bool has_unknown_features(const struct tt_features *f)
 	       (f->incompat & ~TT_FEAT_INCOMPAT_KNOWN);
 }
 
-/* Fields this version defines as zero: zero, unless a feature unknown to
- * this libtutti may have given them a meaning. */
+/*
+ * Fields this version defines as zero: zero, unless a feature unknown to
+ * this libtutti may have given them a meaning.
+ */
 static bool reserved_clear(const struct tt_superblock *sb, const struct tt_features *f)
 {
 	if (has_unknown_features(f))
@@ -176,8 +180,8 @@ static bool reserved_clear(const struct tt_superblock *sb, const struct tt_featu
 /*
  * Self-consistency of a superblock whose checksum is right: the geometry
  * inside the limits format enforces, every derived size exactly what
- * format computes for it (no arithmetic wraps), and the data region inside
- * the member as it really is.
+ * format computes for it (no arithmetic wraps).  tt_sb_parse() then checks
+ * that the member really holds member_bytes.
  */
 static int sb_sane(const char *path, const struct tt_superblock *sb,
 		   const struct tt_features *f)
