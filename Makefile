@@ -6,6 +6,9 @@ BUILD ?= build
 CC ?= gcc
 NVCC ?= nvcc
 CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -Ilibtutti/include
+# CFLAGS_EXTRA: appended to every C compile and link (ctest-asan sets the sanitizers).
+CFLAGS_EXTRA ?=
+CFLAGS_COMMON += $(CFLAGS_EXTRA)
 LIBS := -luring -lxxhash -lpthread
 # DEPS_ROOT: a folder with liburing/xxhash headers and static libraries
 # unpacked from .debs, for machines where they cannot be installed (the H200:
@@ -25,7 +28,7 @@ CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks scripts -name '*.cu' | sort)
 
 PHONY_GPU := gpu-lib
-.PHONY: all help deps lib $(PHONY_GPU) ctest cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
+.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
 
 all: lib
 
@@ -37,6 +40,9 @@ help:
 	@echo "make bench-vllm TTFT benchmark: no connector vs ExampleConnector vs TuttiConnector"
 	@echo "make lib        build/libtutti.a"
 	@echo "make ctest      C unit tests (TAP)"
+	@echo "make ctest-asan C unit tests built with ASan + UBSan (build/asan)"
+	@echo "make fuzz-ci    each on-disk-format fuzzer for FUZZ_SECONDS (45) s (clang-14 + libFuzzer)"
+	@echo "make fuzz       each fuzzer for FUZZ_RUNS (1000000) executions (docs/reliability.md)"
 	@echo "make cuda-check compile every .cu file with nvcc (no GPU needed)"
 	@echo "make gpu-lib    build/libtutti_gpu.so: store + GPU data paths for tutti.gpu (needs nvcc)"
 	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
@@ -83,6 +89,50 @@ ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
 	@fail=0; for t in $(abspath $^); do echo "# $$t"; $$t || fail=1; done; \
 	if [ $$fail -ne 0 ]; then echo "C unit tests: FAILED"; exit 1; fi; echo "C unit tests: all passed"
 
+# The C unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (gcc's,
+# no extra packages): any report fails the test binary, so the target fails.
+SAN_FLAGS := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+ctest-asan:
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan CFLAGS_EXTRA="$(SAN_FLAGS)" ctest
+
+# libFuzzer targets over everything that parses a store member (libtutti/fuzz,
+# docs/reliability.md): the library and each target built with clang-14,
+# ASan + UBSan and coverage; seeds in libtutti/fuzz/corpus/<target>.
+CLANG ?= clang-14
+FUZZ_BUILD := $(BUILD)/fuzz
+FUZZ_TARGETS := $(basename $(notdir $(wildcard libtutti/fuzz/fuzz_*.c)))
+FUZZ_CFLAGS := -std=gnu11 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -Ilibtutti/include \
+  -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_LIB_OBJS := $(LIB_SRCS:%.c=$(FUZZ_BUILD)/%.o)
+FUZZ_SECONDS ?= 45
+FUZZ_RUNS ?= 1000000
+
+$(FUZZ_BUILD)/%.o: %.c $(wildcard libtutti/include/tutti/*.h) $(wildcard libtutti/src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: libtutti/fuzz/fuzz_%.c libtutti/fuzz/fuzz.h $(FUZZ_LIB_OBJS)
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJS) -o $@ $(LDFLAGS) $(LIBS)
+
+.SECONDARY: $(FUZZ_LIB_OBJS)
+
+fuzz-build:
+	@scripts/bootstrap.sh fuzz
+	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+fuzz-ci: fuzz-build
+	scripts/fuzz.sh --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
+	scripts/fuzz.sh --build $(FUZZ_BUILD) --runs $(FUZZ_RUNS) $(FUZZ_TARGETS)
+
+# Regenerate the seed corpus from freshly formatted stores (changes every
+# seed: new uuids and times); crash regressions (regress-*) are kept.
+fuzz-seeds: lib
+	$(CC) $(CFLAGS_COMMON) libtutti/fuzz/make_seeds.c -o $(BUILD)/make_seeds $(BUILD)/libtutti.a $(LDFLAGS) $(LIBS)
+	rm -f libtutti/fuzz/corpus/*/seed-*
+	$(BUILD)/make_seeds libtutti/fuzz/corpus
+
 cuda-check:
 	@if ! command -v $(NVCC) >/dev/null; then echo "nvcc not found: CUDA compile check skipped"; exit 0; fi; \
 	mkdir -p $(BUILD)/cuda; for f in $(CU_SRCS); do \
@@ -109,7 +159,7 @@ pytest: venv
 # path, so the vLLM worker's GPU-memory code runs here too, without a GPU.
 TEST_GPU_LIB := $(abspath build/gpu/libtutti_gpu.so)
 
-test: deps lib ctest cuda-check gpu-test venv vllm
+test: deps lib ctest ctest-asan fuzz-ci cuda-check gpu-test venv vllm
 	@if [ -z "$$TUTTI_GPU_LIB" ] && [ -f $(TEST_GPU_LIB) ]; then export TUTTI_GPU_LIB=$(TEST_GPU_LIB); fi; \
 	echo "pytest: TUTTI_GPU_LIB=$${TUTTI_GPU_LIB:-(none: GpuStore tests skip)}"; \
 	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \

@@ -2,16 +2,19 @@
 # Install what Tutti needs on a fresh Debian/Ubuntu machine, idempotently.
 #   bootstrap.sh deps   system packages (liburing, xxhash headers, fio, ...)
 #   bootstrap.sh venv   .venv with the tutti package (and test extras)
+#   bootstrap.sh fuzz   deps plus clang-14 and libFuzzer (make fuzz-ci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PY:-python3}
 
 APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs)
+# The on-disk-format fuzzers (make fuzz-ci): Debian's clang with libFuzzer.
+FUZZ_PKGS=(clang-14 libfuzzer-14-dev)
 
 need_pkgs() {
 	local missing=()
-	for p in "${APT_PKGS[@]}"; do
+	for p in "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 	done
 	echo "${missing[@]:-}"
@@ -19,7 +22,7 @@ need_pkgs() {
 
 deps() {
 	local missing
-	missing=$(need_pkgs)
+	missing=$(need_pkgs "${APT_PKGS[@]}" "$@")
 	[ -z "$missing" ] && return 0
 	if ! command -v apt-get >/dev/null; then
 		echo "bootstrap: install these packages with your package manager: $missing" >&2
@@ -63,7 +66,8 @@ vllm() {
 
 case "${1:-}" in
 deps) deps ;;
+fuzz) deps "${FUZZ_PKGS[@]}" ;;
 venv) deps; venv ;;
 vllm) deps; venv; vllm ;;
-*) echo "usage: $0 deps|venv|vllm" >&2; exit 2 ;;
+*) echo "usage: $0 deps|venv|vllm|fuzz" >&2; exit 2 ;;
 esac

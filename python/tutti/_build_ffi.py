@@ -76,7 +76,6 @@ struct tt_superblock {
     uint64_t created_ns;
     struct tt_fingerprint fp;
     uint64_t fp_hash;
-    uint8_t pad[3792];
     uint64_t sb_sum;
     ...;
 };
@@ -308,6 +307,43 @@ int tt_kdev_admin(int fd, uint8_t opcode, uint32_t nsid, uint32_t cdw10,
                   void *buf, uint32_t len, uint16_t *status);
 int tt_kmod_attach(const char *bdf);
 int tt_kmod_detach(const char *bdf);
+
+/* ---- BEGIN block added by the `format` helper (format evolution, member probe).
+ * From format.h and store.h; drop this block when the cdef is generated from the headers. */
+#define TT_SB_MAGIC_STEM_LEN ...
+#define TT_MAX_LAYERS ...
+#define TT_MAX_SPANS ...
+#define TT_MAX_SPAN_BYTES ...
+#define TT_MAX_SLOTS ...
+#define TT_FEAT_COMPAT_KNOWN ...
+#define TT_FEAT_RO_COMPAT_KNOWN ...
+#define TT_FEAT_INCOMPAT_KNOWN ...
+#define TT_PROBE_NONE ...
+#define TT_PROBE_STORE ...
+#define TT_PROBE_OTHER_VERSION ...
+#define TT_PROBE_DAMAGED ...
+
+struct tt_features {
+    uint64_t compat;
+    uint64_t ro_compat;
+    uint64_t incompat;
+    ...;
+};
+
+struct tt_probe {
+    uint32_t kind;
+    uint32_t version;
+    char magic[8];
+    struct tt_features feat;
+    uint8_t uuid[16];
+    uint32_t member_index;
+    uint32_t n_members;
+    ...;
+};
+
+int tt_store_probe(const char *path, struct tt_probe *out);
+void tt_store_get_features(const struct tt_store *s, struct tt_features *f);
+/* ---- END block added by the `format` helper */
 """
 
 ffibuilder = FFI()

@@ -28,8 +28,6 @@ import stat
 import time
 
 PCI_CLASS_NVME = 0x010802
-SB_MAGIC = b"TUTTIKV1"  # libtutti/include/tutti/format.h: TT_SB_MAGIC, copies at 0 and 4096
-SB_SIZE = 4096
 
 _BDF_RE = re.compile(r"^(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-9a-fA-F]+)$")
 _BDF_COMPONENT = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -247,18 +245,19 @@ def _multipath_heads(sysfs: Sysfs) -> dict[str, str]:
 
 
 def store_magic(path: str) -> bool | None:
-    """Does either superblock copy of ``path`` carry the Tutti magic?  None if it cannot be read."""
+    """Does either superblock copy of ``path`` hold a Tutti superblock (any version, even damaged)?
+
+    libtutti's probe, the check format applies; None if it cannot be read (or the extension is missing).
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        from .errors import TuttiError  # noqa: PLC0415
+        from .store import Store  # noqa: PLC0415
+    except ImportError:
         return None
     try:
-        head = os.pread(fd, 2 * SB_SIZE, 0)  # block multiple: tutti.ko nodes read whole blocks
-    except OSError:
+        return Store.probe(path)["kind"] != "none"
+    except TuttiError:
         return None
-    finally:
-        os.close(fd)
-    return head[: len(SB_MAGIC)] == SB_MAGIC or head[SB_SIZE: SB_SIZE + len(SB_MAGIC)] == SB_MAGIC
 
 
 def _kinfo(path: str):

@@ -4,6 +4,7 @@ A store keeps KV blocks on 1..16 files or block devices.  Keys are hashed to
 16 bytes (XXH3-128) exactly as the C library does, so every process that
 names a block the same way finds the same slot.
 """
+import os
 import uuid as _uuid
 
 from . import _cstore
@@ -62,6 +63,25 @@ _STORE_STATS = ("lookups", "hits", "blocks_read", "blocks_written", "commits", "
 
 def _stats_dict(st) -> dict:
     return {**_struct_dict(st, _STORE_STATS), "engine": _struct_dict(st.engine, _ENGINE_STATS)}
+
+
+_PROBE_KINDS = {
+    lib.TT_PROBE_NONE: "none", lib.TT_PROBE_STORE: "store",
+    lib.TT_PROBE_OTHER_VERSION: "other_version", lib.TT_PROBE_DAMAGED: "damaged",
+}
+
+
+def _features_dict(f) -> dict:
+    """Feature masks and the bits of them this libtutti does not know (docs/format.md).
+
+    Unknown compat bits are ignored; unknown ro_compat bits mean the store could only
+    be opened read-only; a store with unknown incompat bits does not open at all.
+    """
+    return {
+        "compat": f.compat, "ro_compat": f.ro_compat, "incompat": f.incompat,
+        "unknown_compat": f.compat & ~lib.TT_FEAT_COMPAT_KNOWN,
+        "unknown_ro_compat": f.ro_compat & ~lib.TT_FEAT_RO_COMPAT_KNOWN,
+    }
 
 
 def _format_params(fingerprint, n_spans, span_bytes, stripe_objs):
@@ -258,6 +278,30 @@ class Store(_cstore.BlockMethods):
         check(lib.tt_store_format(cpaths, len(paths), p))
         del keep  # the C strings must live until here
 
+    @staticmethod
+    def probe(path) -> dict:
+        """What ``path``'s two superblock copies hold, without opening it as a store.
+
+        ``kind``: "none" (no Tutti superblock), "store" (one this tutti reads), "other_version"
+        (a Tutti store of another format version) or "damaged" (Tutti magic, no valid copy).
+        The same check format makes before it overwrites anything: any kind but "none" needs
+        ``force``.  Never blocks on a FIFO (refused) and takes no lock.  Raises TuttiError
+        (e.g. FileNotFoundError's errno ENOENT) when ``path`` cannot be read.
+        """
+        out = ffi.new("struct tt_probe *")
+        check(lib.tt_store_probe(os.fsencode(path), out))
+        kind = _PROBE_KINDS.get(out.kind, "damaged")
+        d = {"path": str(path), "kind": kind}
+        if kind in ("store", "other_version"):
+            d["version"] = out.version
+            d["magic"] = bytes(ffi.buffer(out.magic)).decode("ascii", "replace")
+        if kind == "store":
+            d["features"] = _features_dict(out.feat)
+            d["uuid"] = str(_uuid.UUID(bytes=bytes(out.uuid)))
+            d["member_index"] = out.member_index
+            d["n_members"] = out.n_members
+        return d
+
     @classmethod
     def open(cls, paths, *, expect=None, readonly=False, verify=True, engine="auto",
              shared=False, queue_depth=0) -> "Store":
@@ -265,7 +309,10 @@ class Store(_cstore.BlockMethods):
 
         ``expect``: refuse (FingerprintMismatch) a store of another model.
         ``verify=False`` skips read checksums (unsafe); ``shared`` takes no
-        exclusive lock, for several cooperating processes.
+        exclusive lock, for several cooperating processes.  A store of another
+        format version, or with incompatible features this tutti does not know,
+        is refused (errno EOPNOTSUPP); one with unknown read-only-compatible
+        features opens only with ``readonly=True`` (else EROFS).
         """
         paths, cpaths, keep = _member_paths(paths)
         p = ffi.new("struct tt_open_params *")
@@ -356,9 +403,16 @@ class Store(_cstore.BlockMethods):
             "n_committed": info.n_committed,
             "n_free": info.n_free,
             "n_bad_records": info.n_bad_records,
+            "features": self.features(),
             "engine": self._engine,
             "stats": _stats_dict(info.stats),
         }
+
+    def features(self) -> dict:
+        """The store's feature masks (see ``_features_dict``)."""
+        f = ffi.new("struct tt_features *")
+        lib.tt_store_get_features(self._handle(), f)
+        return _features_dict(f)
 
     def stats(self) -> dict:
         """Counters since open (store and I/O engine)."""

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * On-disk format v1 (docs/format.md is the prose version).
+ * On-disk format v1 (docs/format.md is the prose version, including how
+ * the format evolves and how a store is upgraded).
  *
  * Every member (backing file or device) of a store starts with the same
  * header area:
@@ -25,7 +26,17 @@
 extern "C" {
 #endif
 
+/*
+ * The magic is the same for every format version (the "1" is part of the
+ * name, not the version); bytes 0..15 (magic, version, sb_size) and the
+ * checksum rule (sb_sum, the last 8 bytes of the first 4 KiB, is XXH3-64 of
+ * the 4088 bytes before it) never change, so any libtutti can tell a store
+ * of another version from damage.  "TUTTIKV" followed by any byte, in
+ * either copy, is treated as a Tutti superblock: format never overwrites it
+ * without TT_FORMAT_FORCE.
+ */
 #define TT_SB_MAGIC		"TUTTIKV1"
+#define TT_SB_MAGIC_STEM_LEN	7u	/* "TUTTIKV": a superblock of any version */
 #define TT_FORMAT_VERSION	1u
 #define TT_SB_SIZE		4096u
 #define TT_SB_COPIES		2u
@@ -38,6 +49,39 @@ extern "C" {
 #define TT_DTYPE_LEN		16u
 #define TT_MAX_MEMBERS		16u
 
+/*
+ * Limits on a geometry, enforced at format and re-checked at open.  Inside
+ * them every product layout.h forms fits its type: objects per slot
+ * <= 2^18, one slot's objects <= 2^46 bytes, objects of all slots < 2^50;
+ * and open checks that the data region (member_bytes) is computed without
+ * overflow and fits the member, so every tt_locate() offset lies inside it.
+ */
+#define TT_MAX_LAYERS		4096u
+#define TT_MAX_SPANS		64u
+#define TT_MAX_SPAN_BYTES	(256u << 20)
+#define TT_MAX_SLOTS		(UINT32_MAX - 1u)	/* slot numbers fit a u32 */
+
+/*
+ * Feature masks (docs/format.md, "Format evolution").  A reader that meets
+ * a bit it does not know:
+ *   compat     ignores it: the store opens normally;
+ *   ro_compat  opens the store read-only only (writable open: -EROFS);
+ *   incompat   refuses the store (-EOPNOTSUPP, naming the bits).
+ * Bytes this version defines as zero (flags, the fingerprint's reserved
+ * words, the superblock's padding) must be zero unless some feature bit
+ * unknown to the reader is set, which may give them a meaning.  No feature
+ * is defined yet: the known masks are empty.
+ */
+#define TT_FEAT_COMPAT_KNOWN	0ull
+#define TT_FEAT_RO_COMPAT_KNOWN	0ull
+#define TT_FEAT_INCOMPAT_KNOWN	0ull
+
+struct tt_features {
+	uint64_t compat;
+	uint64_t ro_compat;
+	uint64_t incompat;
+};
+
 /* What the KV bytes belong to: a store never serves another model's KV. */
 struct tt_fingerprint {
 	char model_id[TT_MODEL_ID_LEN];	/* NUL-padded, e.g. "meta-llama/Llama-3-8B" */
@@ -48,7 +92,7 @@ struct tt_fingerprint {
 	uint32_t block_size;		/* tokens per KV block */
 	uint32_t tp_rank;
 	uint32_t tp_size;
-	uint32_t reserved[2];
+	uint32_t reserved[2];		/* 0 */
 };
 
 struct tt_superblock {
@@ -58,7 +102,7 @@ struct tt_superblock {
 	uint8_t uuid[16];
 	uint32_t member_index;
 	uint32_t n_members;
-	uint32_t flags;
+	uint32_t flags;			/* 0 (reserved) */
 	/* geometry */
 	uint32_t n_layers;
 	uint32_t n_spans;		/* objects per layer per block */
@@ -73,7 +117,8 @@ struct tt_superblock {
 	uint64_t created_ns;		/* CLOCK_REALTIME at format */
 	struct tt_fingerprint fp;
 	uint64_t fp_hash;		/* XXH3-64 of fp */
-	uint8_t pad[3792];
+	struct tt_features feat;	/* feature masks (zero in stores made before them) */
+	uint8_t pad[3768];		/* zero */
 	uint64_t sb_sum;		/* XXH3-64 of the 4088 bytes before it */
 };
 
@@ -94,6 +139,10 @@ struct tt_slot_record {
 #ifndef __cplusplus
 _Static_assert(sizeof(struct tt_fingerprint) == 176, "fingerprint size");
 _Static_assert(sizeof(struct tt_superblock) == TT_SB_SIZE, "superblock size");
+_Static_assert(__builtin_offsetof(struct tt_superblock, sb_sum) == TT_SB_SIZE - 8,
+	       "sb_sum is the last 8 bytes of every version's first 4 KiB");
+_Static_assert(__builtin_offsetof(struct tt_superblock, feat) == 296,
+	       "feature masks where v1 stores before them held zero padding");
 _Static_assert(sizeof(struct tt_slot_record) == TT_RECORD_SIZE, "record size");
 #endif
 

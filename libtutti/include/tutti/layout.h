@@ -12,6 +12,13 @@
  * Nothing is allocated on the I/O path: the address of (slot, layer, span)
  * is a handful of integer operations, and the same inline functions serve
  * the CPU engines and GPU kernels.
+ *
+ * No function here checks for overflow: each takes a geometry inside the
+ * limits of format.h, which format enforces and open re-checks against the
+ * member's real size (tt_geometry_check(), with checked arithmetic).  Inside
+ * them no product below wraps and every tt_locate() offset lies in
+ * [data_off, member_bytes).  A geometry that did not come from an open store
+ * or tt_store_plan() must not be passed in.
  */
 #ifndef TUTTI_LAYOUT_H
 #define TUTTI_LAYOUT_H

@@ -141,10 +141,40 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
  * @p: parameters (see tt_store_plan())
  *
  * Checks everything before writing anything: sizes, mounts, an existing
- * store (kept unless TT_FORMAT_FORCE).  Return: 0 or a negative errno.
+ * store (kept unless TT_FORMAT_FORCE): a member holding a Tutti superblock
+ * of any version, valid or damaged, in either copy (tt_store_probe()).
+ * Return: 0 or a negative errno (-EEXIST: a store is there).
  */
 int tt_store_format(const char *const *paths, unsigned n,
 		    const struct tt_format_params *p);
+
+/* tt_probe.kind: what a member's superblock area holds */
+#define TT_PROBE_NONE		0u	/* no Tutti superblock in either copy */
+#define TT_PROBE_STORE		1u	/* a valid superblock of this format version */
+#define TT_PROBE_OTHER_VERSION	2u	/* a valid Tutti superblock of another version */
+#define TT_PROBE_DAMAGED	3u	/* Tutti magic, but no copy's checksum holds */
+
+struct tt_probe {
+	uint32_t kind;			/* TT_PROBE_* */
+	uint32_t version;		/* STORE, OTHER_VERSION: its format version */
+	char magic[8];			/* STORE, OTHER_VERSION: as found (no NUL) */
+	struct tt_features feat;	/* STORE: feature masks (of both copies) */
+	uint8_t uuid[16];		/* STORE */
+	uint32_t member_index;		/* STORE */
+	uint32_t n_members;		/* STORE */
+};
+
+/**
+ * tt_store_probe() - does @path hold a Tutti superblock, of any version?
+ * @path: a file or block device (opened read-only, not locked, never created)
+ * @out: what either superblock copy holds
+ *
+ * The check format makes before it overwrites anything, for callers that
+ * want to ask first (tutti-admin format's prompt, tutti-admin list).  Reads
+ * at most the two superblock copies; a file shorter than that is probed on
+ * what it holds.  Return: 0, or a negative errno if @path cannot be read.
+ */
+int tt_store_probe(const char *path, struct tt_probe *out);
 
 /**
  * tt_store_open() - open a formatted store
@@ -155,7 +185,9 @@ int tt_store_format(const char *const *paths, unsigned n,
  *
  * Return: 0 or a negative errno: -EINVAL not a Tutti store / damaged,
  * -ENODEV missing or foreign member, -EMEDIUMTYPE fingerprint mismatch,
- * -EBUSY in use or mounted, -EFBIG truncated member.
+ * -EBUSY in use or mounted, -EFBIG truncated member, -EOPNOTSUPP another
+ * format version or an incompatible feature this libtutti does not know,
+ * -EROFS a read-only-compatible feature it does not know (open read-only).
  */
 int tt_store_open(const char *const *paths, unsigned n,
 		  const struct tt_open_params *p, struct tt_store **out);
@@ -165,6 +197,14 @@ void tt_store_close(struct tt_store *s);
 
 /** tt_store_get_info() - geometry, fingerprint, occupancy and counters. */
 int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
+
+/**
+ * tt_store_get_features() - the store's feature masks
+ *
+ * Bits outside TT_FEAT_*_KNOWN are features of a newer libtutti (compat
+ * ones ignored; ro_compat ones mean the store was opened read-only).
+ */
+void tt_store_get_features(const struct tt_store *s, struct tt_features *f);
 
 /** tt_store_geometry() - the geometry (valid while @s is open). */
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s);

@@ -7,10 +7,6 @@
 #include "store_impl.h"
 #include "../support/util.h"
 
-#define TT_MAX_LAYERS		4096u
-#define TT_MAX_SPANS		64u
-#define TT_MAX_SPAN_BYTES	(256u << 20)
-
 static const struct {
 	const char *name;
 	unsigned size;
@@ -31,12 +27,63 @@ unsigned tt_dtype_size(const char *dtype)
 	return 0;
 }
 
+/* Is @g inside the limits of format.h (the same at format and at open)? */
+static int geometry_in_limits(const struct tt_geometry *g)
+{
+	if (!g->n_layers || g->n_layers > TT_MAX_LAYERS)
+		return tt_seterr(-EINVAL, "layers must be 1..%u, got %u", TT_MAX_LAYERS,
+				 g->n_layers);
+	if (!g->n_spans || g->n_spans > TT_MAX_SPANS)
+		return tt_seterr(-EINVAL, "spans must be 1..%u, got %u", TT_MAX_SPANS,
+				 g->n_spans);
+	if (!g->span_bytes || g->span_bytes > TT_MAX_SPAN_BYTES)
+		return tt_seterr(-EINVAL, "span must be 1..%u bytes, got %u",
+				 TT_MAX_SPAN_BYTES, g->span_bytes);
+	if (g->obj_stride != TT_ALIGN_UP(g->span_bytes, TT_OBJ_ALIGN))
+		return tt_seterr(-EINVAL, "object stride %u is not the span %u rounded up to %u",
+				 g->obj_stride, g->span_bytes, TT_OBJ_ALIGN);
+	if (!g->n_members || g->n_members > TT_MAX_MEMBERS)
+		return tt_seterr(-EINVAL, "%u members: a store has 1..%u", g->n_members,
+				 TT_MAX_MEMBERS);
+	if (!g->stripe_objs)
+		return tt_seterr(-EINVAL, "stripe unit of 0 objects");
+	if (!g->n_slots || g->n_slots > TT_MAX_SLOTS)
+		return tt_seterr(-EINVAL, "slots must be 1..%u, got %llu", TT_MAX_SLOTS,
+				 (unsigned long long)g->n_slots);
+	return 0;
+}
+
+int tt_geometry_check(const struct tt_geometry *g, uint64_t *table_bytes,
+		      uint64_t *data_off, uint64_t *need)
+{
+	uint64_t table, off, objs, data;
+	int ret = geometry_in_limits(g);
+
+	if (ret)
+		return ret;
+	/* Inside the limits, tt_member_objs() cannot overflow (format.h). */
+	objs = tt_member_objs(g);
+	table = TT_ALIGN_UP(g->n_slots * TT_RECORD_SIZE, TT_OBJ_ALIGN);
+	if (tt_align_up_overflows(TT_TABLE_OFF + table, TT_DATA_ALIGN, &off) ||
+	    tt_mul_overflows(objs, g->obj_stride, &data) ||
+	    tt_add_overflows(off, data, need) || *need > (uint64_t)INT64_MAX)
+		return tt_seterr(-EFBIG, "%llu slots of %u x %u objects of %u bytes do not "
+				 "fit a file offset",
+				 (unsigned long long)g->n_slots, g->n_layers, g->n_spans,
+				 g->obj_stride);
+	*table_bytes = table;
+	*data_off = off;
+	return 0;
+}
+
+/* Bytes each member needs for @g (sets its data_off); 0 if it cannot exist. */
 static uint64_t member_need(struct tt_geometry *g)
 {
-	uint64_t table = TT_ALIGN_UP(g->n_slots * TT_RECORD_SIZE, TT_OBJ_ALIGN);
+	uint64_t table, need;
 
-	g->data_off = TT_ALIGN_UP(TT_TABLE_OFF + table, TT_DATA_ALIGN);
-	return g->data_off + tt_member_objs(g) * g->obj_stride;
+	if (tt_geometry_check(g, &table, &g->data_off, &need))
+		return 0;
+	return need;
 }
 
 int tt_store_plan(struct tt_format_params *p, unsigned n_members,
@@ -46,7 +93,8 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
 	struct tt_fingerprint *fp = &p->fp;
 	struct tt_geometry g = { 0 };
 	char dtype[TT_DTYPE_LEN + 1];
-	uint64_t need;
+	uint64_t need, table;
+	int ret;
 
 	memcpy(dtype, fp->dtype, TT_DTYPE_LEN);
 	dtype[TT_DTYPE_LEN] = '\0';
@@ -77,10 +125,12 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
 		if (!fp->block_size || !fp->kv_heads || !fp->head_dim)
 			return tt_seterr(-EINVAL,
 					 "block size, kv heads and head dim must be non-zero");
-		b = (uint64_t)fp->block_size * fp->kv_heads * fp->head_dim * dsize;
-		if (b > TT_MAX_SPAN_BYTES)
-			return tt_seterr(-EINVAL, "object of %llu bytes is too large",
-					 (unsigned long long)b);
+		if (tt_mul_overflows((uint64_t)fp->block_size * fp->kv_heads,
+				     (uint64_t)fp->head_dim * dsize, &b) ||
+		    b > TT_MAX_SPAN_BYTES)
+			return tt_seterr(-EINVAL, "object of %u tokens x %u heads x %u x %u "
+					 "bytes is over %u bytes", fp->block_size,
+					 fp->kv_heads, fp->head_dim, dsize, TT_MAX_SPAN_BYTES);
 		p->span_bytes = (uint32_t)b;
 	}
 	if (p->span_bytes > TT_MAX_SPAN_BYTES)
@@ -100,13 +150,20 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
 
 		if (!member_bytes)
 			return tt_seterr(-EINVAL, "capacity needed: give a slot count or a size");
-		hi = member_bytes / ((uint64_t)tt_objs_per_slot(&g) * g.obj_stride) *
-		     n_members + 1;
+		/*
+		 * Upper bound: the objects all members hold, over the objects
+		 * of a slot (members x objects <= 16 x 2^52: no overflow).
+		 * Rounding per member first, as before, lost slots: 16 members
+		 * of 4.08 slots' worth each hold 65 slots, not 64.
+		 */
+		hi = member_bytes / g.obj_stride * n_members / tt_objs_per_slot(&g) + 1;
+		hi = TT_MIN(hi, (uint64_t)TT_MAX_SLOTS + 1);
 		while (lo + 1 < hi) {	/* largest n whose need fits */
-			uint64_t mid = lo + (hi - lo) / 2;
+			uint64_t mid = lo + (hi - lo) / 2, n;
 
 			g.n_slots = mid;
-			if (member_need(&g) <= member_bytes)
+			n = member_need(&g);
+			if (n && n <= member_bytes)
 				lo = mid;
 			else
 				hi = mid;
@@ -117,11 +174,13 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
 					 (unsigned long long)member_bytes);
 		p->n_slots = lo;
 	}
-	if (p->n_slots >= TT_NIL)
+	if (p->n_slots > TT_MAX_SLOTS)
 		return tt_seterr(-EINVAL, "%llu slots: at most %u",
-				 (unsigned long long)p->n_slots, TT_NIL - 1);
+				 (unsigned long long)p->n_slots, TT_MAX_SLOTS);
 	g.n_slots = p->n_slots;
-	need = member_need(&g);
+	ret = tt_geometry_check(&g, &table, &g.data_off, &need);
+	if (ret)
+		return ret;
 	if (member_bytes && need > member_bytes)
 		return tt_seterr(-ENOSPC,
 				 "too small: %llu slots need %llu bytes per member, %llu available",

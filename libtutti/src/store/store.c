@@ -73,7 +73,7 @@ static int random_uuid(uint8_t uuid[16])
 /* Zero [off, off+len) of a member in 1 MiB writes. */
 static int zero_range(struct tt_member *m, uint64_t off, uint64_t len)
 {
-	const uint64_t chunk = 1u << 20;
+	const uint64_t chunk = TT_MIN(len, (uint64_t)1 << 20);
 	void *z = tt_alloc_aligned(chunk);
 	int ret = 0;
 
@@ -82,6 +82,49 @@ static int zero_range(struct tt_member *m, uint64_t off, uint64_t len)
 	for (uint64_t done = 0; done < len && !ret; done += chunk)
 		ret = tt_member_pwrite(m, z, TT_MIN(chunk, len - done), off + done);
 	free(z);
+	return ret;
+}
+
+/*
+ * -EEXIST if @m holds a Tutti superblock of any version, valid or damaged,
+ * in either copy: format overwrites nothing that may be a store unless
+ * forced (a reader of another version would have called it "not a store").
+ */
+static int refuse_existing_store(struct tt_member *m)
+{
+	struct tt_probe pr;
+	char what[64];
+	int ret = tt_sb_probe_member(m, &pr);
+
+	if (ret)
+		return ret;
+	switch (pr.kind) {
+	case TT_PROBE_STORE:
+		return tt_seterr(-EEXIST, "%s already holds a Tutti store "
+				 "(format with force to overwrite it)", m->path);
+	case TT_PROBE_OTHER_VERSION:
+		return tt_seterr(-EEXIST, "%s already holds a Tutti store of %s "
+				 "(format with force to overwrite it)", m->path,
+				 tt_probe_describe(&pr, what, sizeof(what)));
+	case TT_PROBE_DAMAGED:
+		return tt_seterr(-EEXIST, "%s holds a damaged Tutti superblock "
+				 "(format with force to overwrite it)", m->path);
+	}
+	return 0;
+}
+
+int tt_store_probe(const char *path, struct tt_probe *out)
+{
+	struct tt_member m;
+	int ret;
+
+	tt_clearerr();
+	memset(out, 0, sizeof(*out));
+	ret = tt_member_open(path, TT_MEMBER_NOLOCK, &m);
+	if (ret)
+		return ret;
+	ret = tt_sb_probe_member(&m, out);
+	tt_member_close(&m);
 	return ret;
 }
 
@@ -104,11 +147,10 @@ int tt_store_format(const char *const *paths, unsigned n,
 		/* A regular file grows to fit; its current size is no limit. */
 		if ((m[i].is_blk || m[i].is_chr) && m[i].size < smallest)
 			smallest = m[i].size;
-		if (!m[i].created && !(p.flags & TT_FORMAT_FORCE) &&
-		    !tt_sb_read(&m[i], &sb)) {
-			ret = tt_seterr(-EEXIST, "%s already holds a Tutti store "
-					"(format with force to overwrite it)", m[i].path);
-			goto fail;
+		if (!m[i].created && !(p.flags & TT_FORMAT_FORCE)) {
+			ret = refuse_existing_store(&m[i]);
+			if (ret)
+				goto fail;
 		}
 	}
 	if (smallest == UINT64_MAX) {
@@ -166,22 +208,32 @@ fail:
 	return ret;
 }
 
+/* Do two members' superblocks describe the same store (all but their place)? */
+static bool same_store(const struct tt_superblock *a, const struct tt_superblock *b)
+{
+	struct tt_superblock x = *a, y = *b;
+
+	x.member_index = y.member_index = 0;
+	x.sb_sum = y.sb_sum = 0;
+	return !memcmp(&x, &y, sizeof(x));
+}
+
 /* Read each member's superblock, check they form one store, order them. */
 static int assemble(struct tt_store *s, struct tt_member *m, unsigned n)
 {
 	struct tt_superblock sbs[TT_MAX_MEMBERS];
 	int seen[TT_MAX_MEMBERS] = { 0 };
+	unsigned sbflags = (s->flags & TT_OPEN_RDONLY) ? 0 : TT_SB_WRITABLE;
 	int ret;
 
 	for (unsigned i = 0; i < n; i++) {
-		ret = tt_sb_read(&m[i], &sbs[i]);
+		ret = tt_sb_read(&m[i], &sbs[i], sbflags);
 		if (ret)
 			return ret;
 		if (memcmp(sbs[i].uuid, sbs[0].uuid, 16))
 			return tt_seterr(-ENODEV, "%s belongs to another store than %s",
 					 m[i].path, m[0].path);
-		if (memcmp(&sbs[i].member_bytes, &sbs[0].member_bytes,
-			   sizeof(sbs[0].member_bytes)) || sbs[i].n_members != sbs[0].n_members)
+		if (!same_store(&sbs[i], &sbs[0]))
 			return tt_seterr(-EINVAL, "%s: superblock disagrees with %s",
 					 m[i].path, m[0].path);
 	}
@@ -189,17 +241,13 @@ static int assemble(struct tt_store *s, struct tt_member *m, unsigned n)
 		return tt_seterr(-ENODEV, "store has %u members, %u given",
 				 sbs[0].n_members, n);
 	for (unsigned i = 0; i < n; i++) {
-		unsigned idx = sbs[i].member_index;
+		unsigned idx = sbs[i].member_index;	/* < n_members: tt_sb_read() */
 
 		if (seen[idx])
 			return tt_seterr(-ENODEV, "%s and another path are the same member %u",
 					 m[i].path, idx);
 		seen[idx] = 1;
 		s->members[idx] = m[i];
-		if (m[i].size < sbs[i].member_bytes)
-			return tt_seterr(-EFBIG, "%s is truncated: %llu bytes, store needs %llu",
-					 m[i].path, (unsigned long long)m[i].size,
-					 (unsigned long long)sbs[i].member_bytes);
 		if (m[i].mem_align > s->mem_align)
 			s->mem_align = m[i].mem_align;
 	}
@@ -279,6 +327,11 @@ void tt_store_close(struct tt_store *s)
 struct tt_engine *tt_store_engine(struct tt_store *s)
 {
 	return s->eng;
+}
+
+void tt_store_get_features(const struct tt_store *s, struct tt_features *f)
+{
+	*f = s->sb.feat;
 }
 
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s)

@@ -64,10 +64,36 @@ uint64_t tt_sum_record(const struct tt_slot_record *r, uint64_t slot);
 uint64_t tt_sum_superblock(const struct tt_superblock *sb);
 uint64_t tt_sum_fingerprint(const struct tt_fingerprint *fp);
 
+/* plan.c */
+/*
+ * tt_geometry_check() - @g inside format.h's limits, and the sizes it needs
+ * (header table, data offset, bytes per member), computed without overflow.
+ * The one rule for format and open.  Return: 0, -EINVAL or -EFBIG.
+ */
+int tt_geometry_check(const struct tt_geometry *g, uint64_t *table_bytes,
+		      uint64_t *data_off, uint64_t *need);
+
 /* superblock.c */
 void tt_sb_fill(struct tt_superblock *sb, const struct tt_format_params *p,
 		const struct tt_geometry *g, uint64_t need, const uint8_t uuid[16]);
-int tt_sb_read(struct tt_member *m, struct tt_superblock *sb);
+/* tt_sb_read() flags */
+#define TT_SB_WRITABLE	(1u << 0)	/* the store will be written: refuse unknown ro_compat */
+int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags);
+/*
+ * tt_sb_parse() - tt_sb_read() without the I/O: the superblock a member of
+ * @size bytes whose first @len bytes are @buf describes, every check made
+ * (version, features, limits, sizes, truncation).  Fuzzable.
+ */
+int tt_sb_parse(const char *path, const void *buf, size_t len, uint64_t size,
+		unsigned flags, struct tt_superblock *sb);
+/* What the copies in @buf (a member's first @len bytes) hold; for STORE,
+ * @sb (may be NULL) receives the first valid copy.  No I/O: fuzzable. */
+void tt_sb_probe(const void *buf, size_t len, struct tt_probe *out,
+		 struct tt_superblock *sb);
+/* tt_sb_probe() of what member @m holds (a short member: what is there). */
+int tt_sb_probe_member(struct tt_member *m, struct tt_probe *out);
+/* "format version 2" (and the magic when it is not TT_SB_MAGIC), in @buf. */
+const char *tt_probe_describe(const struct tt_probe *pr, char *buf, size_t len);
 int tt_sb_write(struct tt_member *m, const struct tt_superblock *sb);
 void tt_sb_geometry(const struct tt_superblock *sb, struct tt_geometry *g);
 int tt_fp_compare(const struct tt_fingerprint *have, const struct tt_fingerprint *want);

@@ -29,6 +29,11 @@ int tt_member_resize(struct tt_member *m, uint64_t size);
 
 /* Synchronous whole-buffer I/O for metadata (buffer aligned to mem_align). */
 int tt_member_pread(struct tt_member *m, void *buf, uint64_t len, uint64_t off);
+/*
+ * The first bytes of a member, up to @len (a multiple of 4096; buffer as
+ * above): a shorter member yields what it holds.  *got: bytes read.
+ */
+int tt_member_read_head(struct tt_member *m, void *buf, uint64_t len, uint64_t *got);
 int tt_member_pwrite(struct tt_member *m, const void *buf, uint64_t len, uint64_t off);
 
 #endif

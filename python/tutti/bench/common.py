@@ -8,8 +8,6 @@ import statistics
 from typing import Iterable
 
 GB = 1e9
-_SB_MAGIC = b"TUTTIKV1"
-_SB_SIZE = 4096
 
 
 class BenchError(Exception):
@@ -73,13 +71,17 @@ def member_bytes(path: str) -> int | None:
 
 
 def has_store_magic(path: str) -> bool:
-    """Does either superblock copy of ``path`` start with the Tutti magic?"""
+    """Does either superblock copy of ``path`` hold a Tutti superblock, of any version, even damaged?
+
+    libtutti's own check (Store.probe, the one format applies); False when ``path`` cannot be read.
+    """
+    from ..errors import TuttiError  # noqa: PLC0415
+    from ..store import Store  # noqa: PLC0415
+
     try:
-        with open(path, "rb") as f:
-            head = f.read(_SB_SIZE + len(_SB_MAGIC))
-    except OSError:
+        return Store.probe(path)["kind"] != "none"
+    except TuttiError:
         return False
-    return head[: len(_SB_MAGIC)] == _SB_MAGIC or head[_SB_SIZE:] == _SB_MAGIC
 
 
 def is_block_device(path: str) -> bool:

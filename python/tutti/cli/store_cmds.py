@@ -29,6 +29,29 @@ from .common import (
 )
 
 
+def _store_held(path: str) -> str | None:
+    """What Tutti superblock ``path`` holds, as words after the path, or None (also: cannot be read).
+
+    libtutti's probe: any version, valid or damaged, in either copy.  A path that cannot be
+    read is left to format itself, which reports why.
+    """
+    from ..errors import TuttiError  # noqa: PLC0415
+    from ..store import Store  # noqa: PLC0415
+
+    try:
+        pr = Store.probe(path)
+    except TuttiError:
+        return None
+    if pr["kind"] == "store":
+        return "already holds a Tutti store"
+    if pr["kind"] == "other_version":
+        magic = "" if pr["magic"] == "TUTTIKV1" else f", magic {pr['magic']!r}"
+        return f"already holds a Tutti store of format version {pr['version']}{magic} (not readable by this tutti)"
+    if pr["kind"] == "damaged":
+        return "holds a damaged Tutti superblock"
+    return None
+
+
 @main.command("format", epilog=EXIT_CODES)
 @_paths_arg
 @_fingerprint_options(required=True)
@@ -47,7 +70,7 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
     Without --capacity or --slots the store fills the smallest member (block
     devices); a regular file needs --capacity or --slots.
     """
-    from ..bench import has_store_magic, is_block_device, member_bytes  # noqa: PLC0415
+    from ..bench import is_block_device, member_bytes  # noqa: PLC0415
     from ..store import Store  # noqa: PLC0415
 
     fp = _fingerprint(model, required=True)
@@ -64,9 +87,10 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
         if not os.path.isdir(parent):
             raise CliError(f"{p}: directory {parent} does not exist", EXIT_USAGE)
 
-    existing = [p for p in paths if has_store_magic(p)]
+    held = {p: what for p in paths if (what := _store_held(p))}
+    existing = list(held)
     if existing and not force:
-        raise CliError(f"{', '.join(existing)} already holds a Tutti store; pass --force to overwrite it",
+        raise CliError("; ".join(f"{p} {what}" for p, what in held.items()) + "; pass --force to overwrite it",
                        EXIT_USAGE)
     danger = []
     for p in paths:
