@@ -9,7 +9,7 @@ from decimal import Decimal, InvalidOperation
 import click
 
 from .params import InputFile, MemberPath, c_field, dtype_text, model_id_text
-from .text import one_line, shown
+from .text import number, one_line, shown
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -104,7 +104,7 @@ class SizeType(click.ParamType):
             self.fail("size must be greater than zero", param, ctx)
         top = limits.field_max("tt_superblock", "member_bytes")
         if size > top:
-            self.fail(f"{size} bytes is too large: at most {top} (libtutti counts bytes in "
+            self.fail(f"{number(size)} bytes is too large: at most {top} (libtutti counts bytes in "
                       f"{limits.field_ctype('tt_superblock', 'member_bytes')})", param, ctx)
         return size
 

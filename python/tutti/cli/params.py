@@ -30,12 +30,12 @@ _WHOLE = re.compile(r"^\s*([0-9]+)\s*$")
 
 class Whole(click.ParamType):
     """A whole number in [min, max]; ``max`` may be a callable (a limit read from the binding)
-    and ``why`` says where it comes from."""
+    and ``why`` says where it comes from.  There is always a max: a number of 5000 digits is
+    bad input, not a request."""
 
     name = "integer"
 
-    def __init__(self, min: int = 1, max: int | Callable[[], int] | None = None,
-                 why: str | Callable[[], str] = ""):
+    def __init__(self, min: int, max: int | Callable[[], int], why: str | Callable[[], str] = ""):
         self.min, self.max, self.why = min, max, why
 
     def convert(self, value, param, ctx):
@@ -49,14 +49,14 @@ class Whole(click.ParamType):
                 self.fail(f"{shown(value)} is not a whole number", param, ctx)
             digits = m.group(1).lstrip("0") or "0"
             top = _limit(self.max)
-            if top is not None and len(digits) > len(str(top)):
+            if len(digits) > len(str(top)):
                 cut = digits if len(digits) <= 40 else f"{digits[:20]}...({len(digits)} digits)"
                 self.fail(f"{cut} is too large: at most {top}{self._why()}", param, ctx)
             n = int(digits)
         if n < self.min:
             self.fail(f"{n} is too small: at least {self.min}", param, ctx)
         top = _limit(self.max)
-        if top is not None and n > top:
+        if n > top:
             self.fail(f"{n} is too large: at most {top}{self._why()}", param, ctx)
         return n
 
@@ -104,7 +104,7 @@ class WholeList(click.ParamType):
 
     name = "N,N,..."
 
-    def __init__(self, min: int = 1, max: int | Callable[[], int] | None = None, why: str = ""):
+    def __init__(self, min: int, max: int | Callable[[], int], why: str | Callable[[], str] = ""):
         self.item = Whole(min, max, why)
 
     def convert(self, value, param, ctx):

@@ -8,7 +8,7 @@ import click
 from .app import main
 from . import limits
 from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, make_console
-from .params import Choice, Finite, InputFile, Parsed, Whole
+from .params import Choice, Finite, InputFile, Parsed, Whole, c_field
 from .text import shown
 
 # H200 SXM datasheet: 989 dense BF16 TFLOP/s, 4.8 TB/s HBM3e.  Used only without --profile.
@@ -127,7 +127,7 @@ def _preset_names() -> list[str]:
 @click.option("--hit-rates", "rates", type=Parsed(parse_rates, "R,R,..."), default="0.5,0.75,0.9,1.0",
               show_default=True,
               help="fractions of each prompt stored in Tutti")
-@click.option("--prefetch-depth", type=Whole(1), default=2, show_default=True,
+@click.option("--prefetch-depth", type=c_field("tt_fingerprint", "n_layers"), default=2, show_default=True,
               help="layers a read may run ahead of compute")
 @click.option("--tflops", type=_RATE, default=H200_TFLOPS, show_default=True,
               help="peak dense TFLOP/s for the FLOP model (H200 BF16)")

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from . import limits
 from .app import main
 from .common import (
     CliError,
@@ -214,7 +215,8 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
 @click.option("--block-size", type=c_field("tt_fingerprint", "block_size"), default=16, show_default=True,
               help="tokens per KV block")
 @click.option("--dtype", type=dtype_text(), help="KV dtype with --model-config (default: the config's)")
-@click.option("--sweep", type=WholeList(1), default="64,256,1024,2048", show_default=True,
+@click.option("--sweep", type=WholeList(1, lambda: limits.field_max(_FP, "n_slots")), default="64,256,1024,2048",
+              show_default=True,
               help="block counts for the CPU-per-layer sweep (clipped to the prefix)")
 @click.option("--engine", type=Choice(["auto", "uring", "psync"]), default="auto", show_default=True,
               help="I/O engine")

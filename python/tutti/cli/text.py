@@ -20,3 +20,9 @@ def one_line(message: str) -> str:
     """``message`` printable on one line: newlines and other control characters escaped."""
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in _decoded(message))
+
+
+def number(n: int) -> str:
+    """``n`` in a message; a huge one by its size (Python refuses to print ints of over 4300 digits)."""
+    digits = int(n.bit_length() * 0.30103) + 1
+    return str(n) if digits <= 40 else f"a number of about {digits} digits"
