@@ -499,6 +499,29 @@ def test_unknown_option_and_extra_argument(env, cmd):
         assert_one_error_line(run_cli([cmd, *_resolve(args, env), "extra", *_resolve(_flat(opts), env)]), cmd, U)
 
 
+@pytest.mark.parametrize("argv,cmd", [
+    (["format", E("store.img"), *_flat(SMALL), "--slots", "4", "--capacity", "1MiB", "--force", "--yes"], "format"),
+    (["format", E("store.img"), *_flat(SMALL), "--model-config", E("cfg-small.json"), "--slots", "4"], "format"),
+    (["format", E("store.img"), "--layers", "2", "--slots", "4", "--force", "--yes"], "format"),
+    (["format", E("new.img"), *_flat(SMALL)], "format"),  # a regular file needs a size
+    (["format", E("store.img"), *_flat(SMALL), "--slots", "8"], "format"),  # a store there, no --force
+    (["format", E("store.img"), *_flat(SMALL), "--slots", "8", "--force"], "format"),  # no terminal, no --yes
+    (["info", E("store.img"), *_flat(SMALL), "--tp-rank", "2", "--tp-size", "2"], "info"),
+    (["info", E("store.img"), "--model-id", "other/model"], "info"),  # an expectation with no geometry
+    (["check", E("store.img"), "--dtype", "float16"], "check"),
+    (["check", E("store.img"), "--first", "4"], "check"),  # beyond the last slot
+    (["bench", E("store.img"), "--prefix-tokens", "32", "--no-fio"], "bench"),  # a user's store
+    (["bench", "--prefix-tokens", "32"], "bench"),  # no path
+    (["plan", "--model", "llama3-8b", "--profile", E("cfg-small.json")], "plan"),
+    (["plan"], "plan"),
+], ids=lambda v: None)
+def test_bad_combinations(env, argv, cmd):
+    """Values each fine alone that do not go together: exit 2, one line, nothing written."""
+    before = snapshot(env)
+    assert_one_error_line(run_cli(_resolve(argv, env)), cmd, U)
+    assert snapshot(env) == before
+
+
 @pytest.mark.parametrize("argv", [[], ["formatt"], ["--no-such-option"]], ids=["none", "typo", "option"])
 def test_group_usage_errors(argv):
     assert_one_error_line(run_cli(argv), None, U)

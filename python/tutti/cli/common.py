@@ -20,20 +20,22 @@ EXIT_INTERNAL = 5
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES = """\b
-Exit codes:
-  0  success
-  1  check (or bench verification) found problems that remain;
-     health: the controller reports a critical warning
-  2  usage error or bad input (bad option, size, path or model config;
-     format refusing to overwrite a store without --force; a malformed
-     PCI address, or a file that is not an NVMe device)
-  3  the store cannot be opened: not a Tutti store, damaged, missing or
-     foreign member, busy (locked by another process or mounted);
-     attach/detach/health: no such device, in use (mounted, swap, held),
-     tutti.ko or nvme driver not loaded, not permitted, command failed
-  4  the store holds KV cache of another model (fingerprint mismatch)
-  5  tutti-admin failed unexpectedly (a bug; TUTTI_ADMIN_DEBUG=1 shows
-     the traceback) or ran out of memory
+Exit codes (docs/cli.md):
+    0  success
+    1  check (or bench verification) found problems that remain;
+       health: the controller reports a critical warning
+    2  usage error or bad input (bad option or value, size, path or
+       model config; format refusing to overwrite a store without
+       --force; a malformed PCI address, or a file that is not an NVMe
+       device)
+    3  the store cannot be opened: not a Tutti store, damaged, missing or
+       foreign member, busy (locked by another process or mounted);
+       attach/detach/health: no such device, in use (mounted, swap, held),
+       tutti.ko or nvme driver not loaded, not permitted, command failed;
+       a file or device failing under a command (I/O error)
+    4  the store holds KV cache of another model (fingerprint mismatch)
+    5  tutti-admin failed unexpectedly (a bug: TUTTI_ADMIN_DEBUG=1 shows
+       the traceback) or ran out of memory
   130  interrupted (Ctrl-C)
 Errors are one line on stderr: tutti-admin: error: COMMAND: REASON
 """
@@ -267,6 +269,10 @@ def _fingerprint(kw: dict, required: bool):
         if required:
             raise click.UsageError("give the model: --model-config config.json, or --layers, --kv-heads and "
                                    "--head-dim")
+        alone = _given_alone(kw)
+        if alone:  # an expectation that would be checked against nothing
+            raise click.UsageError(f"{alone} states the expected model only with --model-config or "
+                                   "--layers, --kv-heads and --head-dim")
         return None
     if any(v is None for v in manual):
         raise click.UsageError("--layers, --kv-heads and --head-dim go together")
@@ -277,6 +283,19 @@ def _fingerprint(kw: dict, required: bool):
     except ValueError as e:
         raise CliError(f"bad model geometry: {e}", EXIT_USAGE) from None
     return _fits_libtutti(fp, "model")
+
+
+def _given_alone(kw: dict) -> str | None:
+    """The first model option given on the command line, or None (defaults do not count)."""
+    ctx = click.get_current_context(silent=True)
+    for name in ("dtype", "model_id", "block_size", "tp_rank", "tp_size"):
+        if name not in kw:
+            continue
+        given = (ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE if ctx is not None
+                 else kw[name] is not None)
+        if given:
+            return "--" + name.replace("_", "-")
+    return None
 
 
 def _fits_libtutti(fp, what: str):
