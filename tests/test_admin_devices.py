@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from tutti import devices, smart
 from tutti.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE, main
-from tutti.devices import DeviceError, Sysfs
+from tutti.devices import DeviceError
 
 from helpers import fake_sysfs
 from helpers.fake_sysfs import _ln, _w

@@ -36,7 +36,6 @@ from tutti.cli import limits
 from tutti.sched import LLAMA3_8B as LLAMA_SHAPE
 
 from helpers import fake_sysfs
-from test_admin_devices import make_page
 
 U, S, M = EXIT_USAGE, EXIT_STORE, EXIT_MISMATCH
 NOT_UTF8 = "\udcff"  # how Python hands over an argument holding the byte 0xff
@@ -82,7 +81,8 @@ def _words(*extra):
 
 def whole(lo=1, top=None, other=(), library=()):
     """Whole numbers >= lo, at most ``top()`` (a limit read from the binding).  ``other``: values of
-    another model (info/check: exit 4); ``library``: values the type takes but libtutti refuses (format)."""
+    another model (info/check: exit 4); ``library``: values the type takes but libtutti (or the room the
+    machine has) refuses (format, bench)."""
     def bad(cmd):
         out = _words(("negative", "-1", U), ("fraction", "1.5", U), ("NaN", "nan", U), ("inf", "inf", U),
                      ("unit", "1GiB", U), ("hex", "0x10", U), ("2**64", str(2**64), U), ("10**30", str(10**30), U),

@@ -101,7 +101,7 @@ class Fingerprint:
             dtype = config.get("torch_dtype") or config.get("dtype")
             if dtype is None:
                 raise ValueError(f"{where}: missing 'torch_dtype'; pass dtype= explicitly")
-            if not isinstance(dtype, str):
+            if isinstance(dtype, (dict, list, bool, int, float)):  # a torch.dtype (a parsed dict's) is fine
                 raise ValueError(f"{where}: 'torch_dtype' must be a string, not {_json_type(dtype)}")
         dtype = str(dtype).removeprefix("torch.")
         model_id = model_id or config.get("_name_or_path")
