@@ -72,6 +72,23 @@ def member_bytes(path: str) -> int | None:
         os.close(fd)
 
 
+def has_store_magic(path: str) -> bool:
+    """Does either superblock copy of ``path`` start with the Tutti magic?"""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SB_SIZE + len(_SB_MAGIC))
+    except OSError:
+        return False
+    return head[: len(_SB_MAGIC)] == _SB_MAGIC or head[_SB_SIZE:] == _SB_MAGIC
+
+
+def is_block_device(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def room_for(path: str) -> int | None:
     """Bytes a regular-file member at ``path`` can grow to: the file system's free space plus what the
     file already takes.  None for a device (libtutti checks its size) or when it cannot be told."""
@@ -98,20 +115,3 @@ def host_memory_available() -> int:
     import psutil  # noqa: PLC0415
 
     return psutil.virtual_memory().available
-
-
-def has_store_magic(path: str) -> bool:
-    """Does either superblock copy of ``path`` start with the Tutti magic?"""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(_SB_SIZE + len(_SB_MAGIC))
-    except OSError:
-        return False
-    return head[: len(_SB_MAGIC)] == _SB_MAGIC or head[_SB_SIZE:] == _SB_MAGIC
-
-
-def is_block_device(path: str) -> bool:
-    try:
-        return stat.S_ISBLK(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return False

@@ -299,14 +299,23 @@ def _given_alone(kw: dict) -> str | None:
 
 
 def _fits_libtutti(fp, what: str):
-    """``fp``, once it is known to fit struct tt_fingerprint (a config's numbers are not checked by click)."""
-    from .._cstore import fp_to_c  # noqa: PLC0415
-    from .._tutti import ffi, lib  # noqa: PLC0415
+    """``fp``, once it is known to fit struct tt_fingerprint (a config's numbers are not checked by click):
+    each count within its C field, the model id and dtype UTF-8 within theirs (limits from the binding)."""
+    from . import limits  # noqa: PLC0415
 
-    try:
-        fp_to_c(fp, ffi.new("struct tt_fingerprint *"), lib.TT_MODEL_ID_LEN, lib.TT_DTYPE_LEN)
-    except ValueError as e:
-        raise CliError(f"{what}: {e}", EXIT_USAGE) from None
+    for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
+        value, top = getattr(fp, name), limits.field_max("tt_fingerprint", name)
+        if not 0 <= value <= top:
+            raise CliError(f"{what}: {name} {number(value)} does not fit libtutti's "
+                           f"{limits.field_ctype('tt_fingerprint', name)} (at most {top})", EXIT_USAGE)
+    for name, text, top in (("model id", fp.model_id, limits.model_id_bytes()),
+                            ("dtype", fp.dtype, limits.dtype_bytes())):
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise CliError(f"{what}: the {name} {shown(text)} is not UTF-8 text", EXIT_USAGE) from None
+        if size > top:
+            raise CliError(f"{what}: the {name} {shown(text)} is {size} bytes long: at most {top}", EXIT_USAGE)
     return fp
 
 
