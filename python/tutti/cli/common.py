@@ -262,8 +262,10 @@ def _fingerprint(kw: dict, required: bool):
             fp = Fingerprint.from_config(cfg, block_size=kw["block_size"], dtype=kw.get("dtype"),
                                          tp_rank=kw["tp_rank"], tp_size=kw["tp_size"],
                                          model_id=kw.get("model_id"))
-        except (OSError, ValueError) as e:
-            raise CliError(f"cannot read model config {shown(cfg)}: {e}", EXIT_USAGE) from None
+        except OSError as e:
+            raise CliError(f"model config {shown(e.filename or cfg)}: {e.strerror or e}", EXIT_USAGE) from None
+        except ValueError as e:  # the reason starts with the config's path
+            raise CliError(f"model config {e}", EXIT_USAGE) from None
         return _fits_libtutti(fp, f"model config {shown(cfg)}")
     if all(v is None for v in manual):
         if required:
