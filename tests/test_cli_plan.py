@@ -97,16 +97,16 @@ def test_plan_shows_the_crossover_band_when_the_profile_measured_io_alone(tmp_pa
 
 @pytest.mark.parametrize("args,msg", [
     ([], "exactly one of --model"),
-    (["--model", "llama3-8b", "--profile", "x.json"], "exactly one of --model"),
-    (["--model", "gpt-5"], "unknown model 'gpt-5'"),
+    (["--model", "llama3-8b", "--profile", __file__], "exactly one of --model"),
+    (["--model", "gpt-5"], "'--model': 'gpt-5' is not one of 'llama3-8b'"),
     (["--model", "llama3-8b", "--tokens", "32Q"], "not a token count"),
     (["--model", "llama3-8b", "--tokens", "0"], ">= 1"),
     (["--model", "llama3-8b", "--hit-rates", "1.5"], "not in [0, 1]"),
     (["--model", "llama3-8b", "--hit-rates", "most"], "not a hit rate"),
-    (["--model", "llama3-8b", "--ssd-gbps", "0"], "'--ssd-gbps': 0.0 is not in the range x>0"),
-    (["--model", "llama3-8b", "--n-ssd", "0"], "'--n-ssd': 0 is not in the range x>=1"),
+    (["--model", "llama3-8b", "--ssd-gbps", "0"], "'--ssd-gbps': '0' must be at least 0.001"),
+    (["--model", "llama3-8b", "--n-ssd", "0"], "'--n-ssd': 0 is too small: at least 1"),
     (["--model", "llama3-8b", "--mfu", "1.5"], "'--mfu'"),
-    (["--profile", "/nonexistent/p.json"], "No such file"),
+    (["--profile", "/nonexistent/p.json"], "'/nonexistent/p.json': no such file"),
 ])
 def test_plan_usage_errors(args, msg):
     res = run(["plan", *args], expect=EXIT_USAGE)

@@ -1,5 +1,6 @@
 """Fingerprints from Hugging Face configs, and store planning."""
 import json
+import re
 
 import pytest
 
@@ -61,6 +62,34 @@ def test_from_config_bad_files(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         Fingerprint.from_config(tmp_path)
+
+
+@pytest.mark.parametrize("config,message", [
+    ([1, 2], "a model config is a JSON object, not an array"),
+    ({**LLAMA3_8B_CONFIG, "num_hidden_layers": 2.5}, "'num_hidden_layers' must be a whole number >= 1, got 2.5"),
+    ({**LLAMA3_8B_CONFIG, "num_hidden_layers": True}, "'num_hidden_layers' must be a whole number"),
+    ({**LLAMA3_8B_CONFIG, "num_hidden_layers": "32"}, "'num_hidden_layers' must be a whole number"),
+    ({**LLAMA3_8B_CONFIG, "num_attention_heads": 0, "num_key_value_heads": None}, "'num_attention_heads'"),
+    ({**LLAMA3_8B_CONFIG, "torch_dtype": ["bf16"]}, "'torch_dtype' must be a string"),
+])
+def test_from_config_refuses_what_is_not_a_model(config, message, tmp_path):
+    """What a config.json may hold but no model has: ValueError saying which key (never AttributeError,
+    ZeroDivisionError, or a silently truncated 2.5 layers)."""
+    if isinstance(config, dict):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            Fingerprint.from_config(config)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Fingerprint.from_config(tmp_path)
+    assert Fingerprint.from_config({**LLAMA3_8B_CONFIG, "num_hidden_layers": 32.0}).n_layers == 32
+
+
+def test_fingerprint_that_does_not_fit_the_c_struct_is_a_value_error():
+    huge = Fingerprint("m", "bfloat16", 1 << 32, 8, 128, 16)
+    with pytest.raises(ValueError, match="n_layers 4294967296 does not fit"):
+        Store.plan(1, huge, n_slots=4)
+    with pytest.raises(ValueError, match="model_id longer than 127 bytes"):
+        Store.plan(1, Fingerprint("m" * 128, "bfloat16", 2, 1, 64, 16), n_slots=4)
 
 
 def test_fingerprint_validates():

@@ -55,16 +55,23 @@ def member_paths(ffi, paths):
 
 
 def fp_to_c(fp: Fingerprint, out, model_id_len: int, dtype_len: int) -> None:
-    """Fill struct tt_fingerprint ``out`` from ``fp``; ValueError if a string does not fit."""
-    model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
+    """Fill struct tt_fingerprint ``out`` from ``fp``; ValueError if a value does not fit its C field."""
+    try:
+        model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"model_id and dtype must be UTF-8 text: {fp.model_id!r}, {fp.dtype!r}") from None
     if len(model_id) >= model_id_len:
-        raise ValueError(f"model_id longer than {model_id_len - 1} bytes: {fp.model_id!r}")
+        raise ValueError(f"model_id longer than {model_id_len - 1} bytes: {fp.model_id[:40]!r}...")
     if len(dtype) >= dtype_len:
-        raise ValueError(f"dtype longer than {dtype_len - 1} bytes: {fp.dtype!r}")
+        raise ValueError(f"dtype longer than {dtype_len - 1} bytes: {fp.dtype[:40]!r}")
     out.model_id = model_id
     out.dtype = dtype
     for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
-        setattr(out, name, getattr(fp, name))
+        value = getattr(fp, name)
+        try:
+            setattr(out, name, value)
+        except (OverflowError, TypeError):
+            raise ValueError(f"fingerprint {name} {value!r} does not fit libtutti's field") from None
 
 
 def fp_from_c(ffi, c) -> Fingerprint:

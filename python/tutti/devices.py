@@ -189,8 +189,9 @@ def resolve_controller(arg: str, sysfs: Sysfs | None = None) -> str:
         st = os.stat(path)
     except FileNotFoundError:
         raise DeviceError(f"{path}: no such device") from None
-    except OSError as e:
-        raise DeviceError(f"{path}: {e.strerror}") from None
+    except OSError as e:  # a malformed path is bad input; not permitted and the like: the device cannot be used
+        raise DeviceError(f"{path}: {e.strerror}",
+                          usage=e.errno in (errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP)) from None
     if stat.S_ISBLK(st.st_mode):
         kind = "block"
     elif stat.S_ISCHR(st.st_mode):
@@ -206,6 +207,18 @@ def resolve_controller(arg: str, sysfs: Sysfs | None = None) -> str:
     if bdf is None or not sysfs.is_nvme(bdf) or not (_DEV_NAME.match(name) or _BDF_COMPONENT.match(name)):
         raise DeviceError(f"{path} ({name}) is not an NVMe controller or namespace: {DEVICE_HELP}", usage=True)
     return bdf
+
+
+def is_tutti_namespace_node(rdev: int, sysfs: Sysfs | None = None) -> bool:
+    """Is character device number ``rdev`` a tutti.ko namespace node (``tuttiNnM``)?
+
+    Answered from sysfs (/sys/dev/char/MAJ:MIN), without opening the node: opening
+    some character devices has effects of its own, and a store member is either a
+    file, a block device or one of these.
+    """
+    sysfs = sysfs or SYS
+    node = os.path.join(sysfs.root, "dev", "char", f"{os.major(rdev)}:{os.minor(rdev)}")
+    return os.path.exists(node) and bool(_TUTTI_NS.match(os.path.basename(os.path.realpath(node))))
 
 
 # ----------------------------------------------------------- discovery
@@ -573,10 +586,12 @@ def read_attach_config(path: str) -> tuple[set[str], list[str]]:
     """
     entries, problems = set(), []
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except FileNotFoundError:
         return entries, problems
+    except OSError as e:
+        raise DeviceError(f"{path}: {e.strerror or e}", usage=True) from None
     for n, line in enumerate(text.splitlines(), 1):
         item = line.split("#", 1)[0].strip()
         if not item:

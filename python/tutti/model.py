@@ -4,7 +4,6 @@ Plain dataclasses with no libtutti dependency, so configuration code (the CLI,
 a vLLM connector's scheduler side) can use them without loading the extension.
 """
 import json
-import math
 import os
 from dataclasses import asdict, dataclass
 
@@ -53,45 +52,77 @@ class Fingerprint:
             if os.path.isdir(path):
                 path = os.path.join(path, "config.json")
             try:
-                with open(path) as f:
+                with open(path, encoding="utf-8") as f:
                     config = json.load(f)
             except FileNotFoundError:
                 raise ValueError(f"{path}: no such model config") from None
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: not valid JSON: {e}") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"{path}: not UTF-8 text, so not a JSON model config") from None
+            except RecursionError:
+                raise ValueError(f"{path}: JSON nested too deeply for a model config") from None
             where = path
+            if not isinstance(config, dict):
+                raise ValueError(f"{path}: a model config is a JSON object, not {_json_type(config)}")
             if model_id is None and not config.get("_name_or_path"):
                 model_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        if not isinstance(config, dict):
+            raise ValueError(f"{where}: a model config is a JSON object, not {_json_type(config)}")
         # Multimodal configs keep the language model's shape in text_config.
         if "num_hidden_layers" not in config and isinstance(config.get("text_config"), dict):
             config = {**config, **config["text_config"]}
 
-        n_layers = config.get("num_hidden_layers")
+        def count(key):
+            """config[key] as a whole number >= 1, None if absent; ValueError if it is anything else."""
+            v = config.get(key)
+            if v is None:
+                return None
+            whole = (isinstance(v, int) and not isinstance(v, bool)) or (isinstance(v, float) and v.is_integer())
+            if not whole or v < 1:
+                raise ValueError(f"{where}: '{key}' must be a whole number >= 1, got {json.dumps(v)[:40]}")
+            return int(v)
+
+        n_layers = count("num_hidden_layers")
         if n_layers is None:
             raise ValueError(f"{where}: missing 'num_hidden_layers'")
-        attn_heads = config.get("num_attention_heads")
-        kv_heads = config.get("num_key_value_heads") or attn_heads
+        attn_heads = count("num_attention_heads")
+        kv_heads = count("num_key_value_heads") or attn_heads
         if kv_heads is None:
             raise ValueError(f"{where}: missing 'num_key_value_heads' and 'num_attention_heads'")
-        head_dim = config.get("head_dim")
+        head_dim = count("head_dim")
         if head_dim is None:
-            if attn_heads is None or config.get("hidden_size") is None:
+            hidden = count("hidden_size")
+            if attn_heads is None or hidden is None:
                 raise ValueError(f"{where}: missing 'head_dim' (and 'hidden_size' / "
                                  "'num_attention_heads' to derive it)")
-            head_dim = config["hidden_size"] // attn_heads
+            head_dim = hidden // attn_heads
         if dtype is None:
             dtype = config.get("torch_dtype") or config.get("dtype")
             if dtype is None:
                 raise ValueError(f"{where}: missing 'torch_dtype'; pass dtype= explicitly")
+            if isinstance(dtype, (dict, list, bool, int, float)):  # a torch.dtype (a parsed dict's) is fine
+                raise ValueError(f"{where}: 'torch_dtype' must be a string, not {_json_type(dtype)}")
         dtype = str(dtype).removeprefix("torch.")
         model_id = model_id or config.get("_name_or_path")
         if not model_id:
             raise ValueError(f"{where}: no '_name_or_path'; pass model_id= explicitly")
+        if not isinstance(model_id, str):
+            raise ValueError(f"{where}: '_name_or_path' must be a string, not {_json_type(model_id)}")
         if tp_size < 1:
             raise ValueError(f"tp_size must be >= 1, got {tp_size}")
-        return cls(model_id=model_id, dtype=dtype, n_layers=int(n_layers),
-                   kv_heads=math.ceil(int(kv_heads) / tp_size), head_dim=int(head_dim),
+        return cls(model_id=model_id, dtype=dtype, n_layers=n_layers,
+                   kv_heads=-(-kv_heads // tp_size), head_dim=head_dim,
                    block_size=block_size, tp_rank=tp_rank, tp_size=tp_size)
+
+
+def _json_type(v) -> str:
+    """The JSON name of a parsed value's type, for messages."""
+    for t, name in ((dict, "an object"), (list, "an array"), (str, "a string"), (bool, "a boolean"),
+                    (int, "a number"), (float, "a number")):
+        if isinstance(v, t):
+            return name
+    return "null"
 
 
 @dataclass(frozen=True)

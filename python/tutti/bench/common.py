@@ -61,7 +61,7 @@ def drop_page_cache() -> bool:
 def member_bytes(path: str) -> int | None:
     """Size of an existing file or block device, None if it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a probe: never wait on open
     except FileNotFoundError:
         return None
     try:
@@ -89,3 +89,31 @@ def is_block_device(path: str) -> bool:
         return stat.S_ISBLK(os.stat(path).st_mode)
     except FileNotFoundError:
         return False
+
+
+def room_for(path: str) -> int | None:
+    """Bytes a regular-file member at ``path`` can grow to: the file system's free space plus what the
+    file already takes.  None for a device (libtutti checks its size) or when it cannot be told."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError:
+        return None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return None
+    where = os.path.dirname(os.path.abspath(path))
+    while not os.path.isdir(where) and where != os.path.dirname(where):
+        where = os.path.dirname(where)  # bench makes the directories it needs
+    try:
+        fs = os.statvfs(where)
+    except OSError:
+        return None
+    return fs.f_bavail * fs.f_frsize + (st.st_blocks * 512 if st is not None else 0)
+
+
+def host_memory_available() -> int:
+    """Bytes of memory the system could give this process now (MemAvailable)."""
+    import psutil  # noqa: PLC0415
+
+    return psutil.virtual_memory().available

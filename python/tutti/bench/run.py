@@ -8,8 +8,8 @@ import random
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .common import BenchError, drop_page_cache, has_store_magic, human_bytes, is_block_device, median, \
-    member_bytes, ratio
+from .common import BenchError, drop_page_cache, has_store_magic, host_memory_available, human_bytes, \
+    is_block_device, median, member_bytes, ratio, room_for
 from .fio import FIO_SETTINGS, fio_available, pick_fio_config, run_fio
 from .machine import machine_info
 from .passes import naive_pass, object_extents, poison, prefill, retrieve_pass, store_pass, verify
@@ -71,6 +71,20 @@ def _check_paths(cfg: BenchConfig) -> None:
                          "store; pass --force to overwrite it", 2)
 
 
+def _check_room(paths: list[str], member_need: int, prefix_bytes: int) -> None:
+    """Refuse (exit 2) a benchmark the machine cannot hold, before anything is allocated or written:
+    the store on the members' file systems, and the prefix twice (source and destination) in memory."""
+    for p in paths:
+        room = room_for(p)
+        if room is not None and member_need > room:
+            raise BenchError(f"{p}: the store needs {human_bytes(member_need)} per member; the file system "
+                             f"holding it has room for {human_bytes(room)}", 2)
+    memory = host_memory_available()
+    if 2 * prefix_bytes > memory:
+        raise BenchError(f"the prefix's two host buffers need {human_bytes(2 * prefix_bytes)}; "
+                         f"{human_bytes(memory)} of memory is available", 2)
+
+
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
     """Run the benchmark; return a JSON-serialisable dict (see the package docstring of tutti.bench)."""
     from ..memory import PagedBuffer  # noqa: PLC0415
@@ -100,11 +114,12 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
         sizing = {"n_slots": n_blocks}
     try:
         geo, need = Store.plan(len(paths), bench_fp, **sizing)
-    except OSError as e:
+    except (OSError, ValueError) as e:
         raise BenchError(f"cannot plan a store for {n_blocks} blocks on {len(paths)} member(s): {e}", 2) from None
     if geo.n_slots < n_blocks:
         raise BenchError(f"--size {human_bytes(cfg.size)} holds {geo.n_slots} blocks; the prefix needs "
                          f"{n_blocks} ({human_bytes(n_blocks * geo.block_bytes)} of data)", 2)
+    _check_room(paths, need, n_blocks * geo.block_bytes)
     sweep = sorted({n for n in cfg.sweep if 0 < n <= n_blocks} | {n_blocks})
 
     fio_version = fio_available() if cfg.fio else None

@@ -7,12 +7,12 @@ from .app import main
 from . import device_cmds, profile_cmd, store_cmds  # noqa: F401  (register the commands on main)
 from . import gpu_cmd, plan_cmd  # noqa: F401
 from .common import (
-    EXIT_CODES, EXIT_MISMATCH, EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE, CliError, _store_error, format_size,
-    make_console, parse_size,
+    EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE,
+    CliError, _store_error, format_size, make_console, parse_size,
 )
 from .store_cmds import print_bench
 
 __all__ = [
     "main", "parse_size", "format_size", "make_console", "print_bench", "CliError", "EXIT_CODES", "EXIT_OK",
-    "EXIT_PROBLEMS", "EXIT_USAGE", "EXIT_STORE", "EXIT_MISMATCH", "_store_error",
+    "EXIT_PROBLEMS", "EXIT_USAGE", "EXIT_STORE", "EXIT_MISMATCH", "EXIT_INTERNAL", "EXIT_INTERRUPTED", "_store_error",
 ]

@@ -8,25 +8,36 @@ from decimal import Decimal, InvalidOperation
 
 import click
 
+from .params import InputFile, MemberPath, c_field, dtype_text, model_id_text
+from .text import number, one_line, shown
+
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_STORE = 3
 EXIT_MISMATCH = 4
+EXIT_INTERNAL = 5
+EXIT_INTERRUPTED = 130
 
 EXIT_CODES = """\b
-Exit codes:
-  0  success
-  1  check (or bench verification) found problems that remain;
-     health: the controller reports a critical warning
-  2  usage error or bad input (bad option, size, path or model config;
-     format refusing to overwrite a store without --force; a malformed
-     PCI address, or a file that is not an NVMe device)
-  3  the store cannot be opened: not a Tutti store, damaged, missing or
-     foreign member, busy (locked by another process or mounted);
-     attach/detach/health: no such device, in use (mounted, swap, held),
-     tutti.ko or nvme driver not loaded, not permitted, command failed
-  4  the store holds KV cache of another model (fingerprint mismatch)
+Exit codes (docs/cli.md):
+    0  success
+    1  check (or bench verification) found problems that remain;
+       health: the controller reports a critical warning
+    2  usage error or bad input (bad option or value, size, path or
+       model config; format refusing to overwrite a store without
+       --force; a malformed PCI address, or a file that is not an NVMe
+       device)
+    3  the store cannot be opened: not a Tutti store, damaged, missing or
+       foreign member, busy (locked by another process or mounted);
+       attach/detach/health: no such device, in use (mounted, swap, held),
+       tutti.ko or nvme driver not loaded, not permitted, command failed;
+       a file or device failing under a command (I/O error)
+    4  the store holds KV cache of another model (fingerprint mismatch)
+    5  tutti-admin failed unexpectedly (a bug: TUTTI_ADMIN_DEBUG=1 shows
+       the traceback) or ran out of memory
+  130  interrupted (Ctrl-C)
+Errors are one line on stderr: tutti-admin: error: COMMAND: REASON
 """
 
 # ------------------------------------------------------------------- sizes
@@ -80,15 +91,23 @@ def format_size(n: int) -> str:
 
 
 class SizeType(click.ParamType):
+    """A size in bytes, above zero and within the 64 bits libtutti counts bytes in."""
+
     name = "SIZE"
 
     def convert(self, value, param, ctx):
+        from . import limits  # noqa: PLC0415
+
         try:
             size = parse_size(value)
         except ValueError as e:
-            self.fail(str(e), param, ctx)
+            self.fail(one_line(str(e)), param, ctx)
         if size <= 0:
             self.fail("size must be greater than zero", param, ctx)
+        top = limits.field_max("tt_superblock", "member_bytes")
+        if size > top:
+            self.fail(f"{number(size)} bytes is too large: at most {top} (libtutti counts bytes in "
+                      f"{limits.field_ctype('tt_superblock', 'member_bytes')})", param, ctx)
         return size
 
 
@@ -107,7 +126,8 @@ def make_console(stderr: bool = False):
 
 
 def _emit_json(obj) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=_json_default))
+    # allow_nan=False: NaN/Infinity are not JSON; a value that overflowed fails here, not in a reader
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=_json_default, allow_nan=False))
 
 
 def _json_default(o):
@@ -130,22 +150,23 @@ class CliError(click.ClickException):
         self.exit_code = code
 
     def show(self, file=None):
-        click.echo(f"tutti-admin: error: {self.format_message()}", err=True)
+        click.echo(f"tutti-admin: error: {one_line(self.format_message())}", err=True)
 
 
 def _store_error(e: OSError, what: str) -> CliError:
-    """Map a failure to open or use a store to the CLI's exit codes."""
-    from ..errors import FingerprintMismatch, StoreBusyError  # noqa: PLC0415
+    """Map a failure to open or use a store to the CLI's exit codes.
+
+    The message is libtutti's reason (it names the member and says what is wrong:
+    "fingerprint mismatch: ...", "store is in use by another process", "not a Tutti
+    store"), after the command; the errno picks only the exit code, so nothing is said twice.
+    """
+    from ..errors import FingerprintMismatch  # noqa: PLC0415
 
     reason = e.strerror or str(e)
     if isinstance(e, FingerprintMismatch) or e.errno == errno.EMEDIUMTYPE:
-        return CliError(f"{what}: fingerprint mismatch: {reason}", EXIT_MISMATCH)
-    if isinstance(e, StoreBusyError) or e.errno == errno.EBUSY:
-        return CliError(f"{what}: store is busy: {reason}", EXIT_STORE)
-    if isinstance(e, FileNotFoundError) or e.errno == errno.ENOENT:
-        return CliError(f"{what}: no such file or device: {e.filename or reason}", EXIT_STORE)
-    if e.errno in (errno.EINVAL, errno.ENODEV, errno.EFBIG):
-        return CliError(f"{what}: not a usable Tutti store: {reason}", EXIT_STORE)
+        return CliError(f"{what}: {reason}", EXIT_MISMATCH)
+    if (isinstance(e, FileNotFoundError) or e.errno == errno.ENOENT) and e.filename:
+        return CliError(f"{what}: {e.filename}: no such file or device", EXIT_STORE)
     return CliError(f"{what}: {reason}", EXIT_STORE)
 
 
@@ -202,19 +223,21 @@ def _fingerprint_options(required: bool):
     help_suffix = "" if required else " (expected model: open fails with exit 4 on mismatch)"
 
     def deco(f):
+        fp = "tt_fingerprint"
         opts = [
-            click.option("--model-config", type=click.Path(exists=True, dir_okay=True),
+            click.option("--model-config", type=InputFile(dir_file="config.json"),
                          help="HF config.json (or its directory) of the model" + help_suffix),
-            click.option("--layers", type=click.IntRange(min=1), help="number of layers (without --model-config)"),
-            click.option("--kv-heads", type=click.IntRange(min=1), help="KV heads (without --model-config)"),
-            click.option("--head-dim", type=click.IntRange(min=1), help="head dimension (without --model-config)"),
-            click.option("--dtype", help="KV cache dtype, e.g. bfloat16 (default: the config's, else bfloat16)"),
-            click.option("--model-id", help="model name stored in the fingerprint"),
-            click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True,
+            click.option("--layers", type=c_field(fp, "n_layers"), help="number of layers (without --model-config)"),
+            click.option("--kv-heads", type=c_field(fp, "kv_heads"), help="KV heads (without --model-config)"),
+            click.option("--head-dim", type=c_field(fp, "head_dim"), help="head dimension (without --model-config)"),
+            click.option("--dtype", type=dtype_text(),
+                         help="KV cache dtype, e.g. bfloat16 (default: the config's, else bfloat16)"),
+            click.option("--model-id", type=model_id_text(), help="model name stored in the fingerprint"),
+            click.option("--block-size", type=c_field(fp, "block_size"), default=16, show_default=True,
                          help="tokens per KV block"),
-            click.option("--tp-rank", type=click.IntRange(min=0), default=0, show_default=True,
+            click.option("--tp-rank", type=c_field(fp, "tp_rank", min=0), default=0, show_default=True,
                          help="tensor-parallel rank"),
-            click.option("--tp-size", type=click.IntRange(min=1), default=1, show_default=True,
+            click.option("--tp-size", type=c_field(fp, "tp_size"), default=1, show_default=True,
                          help="tensor-parallel size"),
         ]
         for opt in reversed(opts):
@@ -236,29 +259,93 @@ def _fingerprint(kw: dict, required: bool):
         raise click.UsageError(f"--tp-rank {kw['tp_rank']} must be below --tp-size {kw['tp_size']}")
     if cfg:
         try:
-            return Fingerprint.from_config(cfg, block_size=kw["block_size"], dtype=kw.get("dtype"),
-                                           tp_rank=kw["tp_rank"], tp_size=kw["tp_size"],
-                                           model_id=kw.get("model_id"))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise CliError(f"cannot read model config {cfg}: {e}", EXIT_USAGE) from None
+            fp = Fingerprint.from_config(cfg, block_size=kw["block_size"], dtype=kw.get("dtype"),
+                                         tp_rank=kw["tp_rank"], tp_size=kw["tp_size"],
+                                         model_id=kw.get("model_id"))
+        except OSError as e:
+            raise CliError(f"model config {shown(e.filename or cfg)}: {e.strerror or e}", EXIT_USAGE) from None
+        except ValueError as e:  # the reason starts with the config's path
+            raise CliError(f"model config {e}", EXIT_USAGE) from None
+        return _fits_libtutti(fp, f"model config {shown(cfg)}")
     if all(v is None for v in manual):
         if required:
             raise click.UsageError("give the model: --model-config config.json, or --layers, --kv-heads and "
                                    "--head-dim")
+        alone = _given_alone(kw)
+        if alone:  # an expectation that would be checked against nothing
+            raise click.UsageError(f"{alone} states the expected model only with --model-config or "
+                                   "--layers, --kv-heads and --head-dim")
         return None
     if any(v is None for v in manual):
         raise click.UsageError("--layers, --kv-heads and --head-dim go together")
     try:
-        return Fingerprint(model_id=kw.get("model_id") or "unnamed", dtype=kw.get("dtype") or "bfloat16",
-                           n_layers=kw["layers"], kv_heads=kw["kv_heads"], head_dim=kw["head_dim"],
-                           block_size=kw["block_size"], tp_rank=kw["tp_rank"], tp_size=kw["tp_size"])
-    except (ValueError, TypeError) as e:
+        fp = Fingerprint(model_id=kw.get("model_id") or "unnamed", dtype=kw.get("dtype") or "bfloat16",
+                         n_layers=kw["layers"], kv_heads=kw["kv_heads"], head_dim=kw["head_dim"],
+                         block_size=kw["block_size"], tp_rank=kw["tp_rank"], tp_size=kw["tp_size"])
+    except ValueError as e:
         raise CliError(f"bad model geometry: {e}", EXIT_USAGE) from None
+    return _fits_libtutti(fp, "model")
 
 
-def _paths_arg(f):
-    return click.argument("paths", nargs=-1, required=True, metavar="PATH...",
-                          type=click.Path(dir_okay=False))(f)
+def _given_alone(kw: dict) -> str | None:
+    """The first model option given on the command line, or None (defaults do not count)."""
+    ctx = click.get_current_context(silent=True)
+    for name in ("dtype", "model_id", "block_size", "tp_rank", "tp_size"):
+        if name not in kw:
+            continue
+        given = (ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE if ctx is not None
+                 else kw[name] is not None)
+        if given:
+            return "--" + name.replace("_", "-")
+    return None
+
+
+def _fits_libtutti(fp, what: str):
+    """``fp``, once it is known to fit struct tt_fingerprint (a config's numbers are not checked by click):
+    each count within its C field, the model id and dtype UTF-8 within theirs (limits from the binding)."""
+    from . import limits  # noqa: PLC0415
+
+    for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
+        value, top = getattr(fp, name), limits.field_max("tt_fingerprint", name)
+        if not 0 <= value <= top:
+            raise CliError(f"{what}: {name} {number(value)} does not fit libtutti's "
+                           f"{limits.field_ctype('tt_fingerprint', name)} (at most {top})", EXIT_USAGE)
+    for name, text, top in (("model id", fp.model_id, limits.model_id_bytes()),
+                            ("dtype", fp.dtype, limits.dtype_bytes())):
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise CliError(f"{what}: the {name} {shown(text)} is not UTF-8 text", EXIT_USAGE) from None
+        if size > top:
+            raise CliError(f"{what}: the {name} {shown(text)} is {size} bytes long: at most {top}", EXIT_USAGE)
+    return fp
+
+
+def check_members(ctx, param, members):
+    """A store's member list: at most TT_MAX_MEMBERS paths, none named twice (click callback)."""
+    import os  # noqa: PLC0415
+
+    from . import limits  # noqa: PLC0415
+
+    members = tuple(members or ())
+    if len(members) > limits.max_members():
+        raise click.BadParameter(f"{len(members)} members: a store has at most {limits.max_members()} "
+                                 "(TT_MAX_MEMBERS in format.h)", ctx, param)
+    seen = {}
+    for p in members:
+        real = os.path.realpath(p)
+        if real in seen:
+            raise click.BadParameter(f"{shown(seen[real])} and {shown(p)} are the same member", ctx, param)
+        seen[real] = p
+    return members
+
+
+def _paths_arg(create: bool = False):
+    """PATH... of a store: members that exist (info, check) or may be created (format)."""
+    def deco(f):
+        return click.argument("paths", nargs=-1, required=True, metavar="PATH...",
+                              type=MemberPath(create=create), callback=check_members)(f)
+    return deco
 
 
 def _json_opt(f):

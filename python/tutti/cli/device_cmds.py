@@ -17,6 +17,7 @@ from .common import (
     format_size,
     make_console,
 )
+from .params import InputFile
 
 _DEVICE_METAVAR = "PCI_ADDR|/dev/nvmeX|/dev/nvmeXnY|/dev/tuttiN"
 
@@ -223,7 +224,7 @@ def health_cmd(device, as_json):
 
 @main.command("hotplug", epilog=EXIT_CODES)
 @click.argument("device", metavar=_DEVICE_METAVAR)
-@click.option("--config", default=None, type=click.Path(dir_okay=False),
+@click.option("--config", default=None, type=InputFile(missing_ok=True),
               help="controllers to attach, one PCI address or serial a line [default: /etc/tutti/attach.conf]")
 def hotplug_cmd(device, config):
     """Attach a controller that just appeared if the config lists it (run by udev).
@@ -236,10 +237,13 @@ def hotplug_cmd(device, config):
     from ..devices import DEFAULT_ATTACH_CONFIG, DeviceError, attach, hotplug_wanted, read_attach_config  # noqa: PLC0415
 
     path = config or DEFAULT_ATTACH_CONFIG
-    entries, problems = read_attach_config(path)
+    try:
+        entries, problems = read_attach_config(path)
+    except DeviceError as e:
+        raise _device_error(e, "hotplug") from None
     con = make_console(stderr=True)
     for p in problems:
-        con.print(f"tutti-admin: hotplug: {p}")
+        con.print(f"tutti-admin: hotplug: {p}", markup=False)
     bdf = _resolve_device(device, "hotplug")
     try:
         if not hotplug_wanted(bdf, entries):

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from .app import main
 from .common import EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, _emit_json, make_console
+from .params import Choice
 
 PATHS = ("staged", "gds", "gio")
 
@@ -101,7 +102,7 @@ def survey() -> dict:
 
 
 @main.command("gpu", epilog=EXIT_CODES)
-@click.option("--require", "require", type=click.Choice(PATHS), multiple=True,
+@click.option("--require", "require", type=Choice(PATHS), multiple=True,
               help="Exit 1 unless this data path would run here (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def gpu_cmd(require, as_json):

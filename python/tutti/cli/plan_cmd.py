@@ -6,14 +6,19 @@ import re
 import click
 
 from .app import main
+from . import limits
 from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, make_console
+from .params import Choice, Finite, InputFile, Parsed, Whole, c_field
+from .text import shown
 
 # H200 SXM datasheet: 989 dense BF16 TFLOP/s, 4.8 TB/s HBM3e.  Used only without --profile.
 H200_TFLOPS = 989.0
 H200_HBM_GBPS = 4800.0
 
-_POSITIVE = click.FloatRange(min=0, min_open=True)
-_TOKENS_RE = re.compile(r"^\s*([0-9]+)\s*([kKmM]?)\s*$")
+# Rates and speeds span what hardware does, from 1 MB/s to 1 PB/s (an exaflop for compute): far
+# beyond it the model's float arithmetic would round a time to zero or overflow it to infinity.
+_RATE = Finite(1e-3, min_open=False, max=1e6)
+_TOKENS_RE = re.compile(r"^\s*([0-9]{1,30})\s*([kKmM]?)\s*$")
 
 
 def parse_tokens(text: str) -> list[int]:
@@ -22,10 +27,10 @@ def parse_tokens(text: str) -> list[int]:
     for part in text.split(","):
         m = _TOKENS_RE.match(part)
         if not m:
-            raise click.BadParameter(f"{part.strip()!r} is not a token count: use e.g. 32768, 32K, 1M")
+            raise click.BadParameter(f"{shown(part.strip())} is not a token count: use e.g. 32768, 32K, 1M")
         n = int(m.group(1)) * {"": 1, "k": 1024, "m": 1 << 20}[m.group(2).lower()]
         if n < 1:
-            raise click.BadParameter(f"token count must be >= 1, got {part.strip()!r}")
+            raise click.BadParameter(f"token count must be >= 1, got {shown(part.strip())}")
         out.append(n)
     return out
 
@@ -36,11 +41,17 @@ def parse_rates(text: str) -> list[float]:
         try:
             v = float(part.rstrip("% ")) / (100 if part.strip().endswith("%") else 1)
         except ValueError:
-            raise click.BadParameter(f"{part.strip()!r} is not a hit rate: use e.g. 0.9 or 90%") from None
+            raise click.BadParameter(f"{shown(part.strip())} is not a hit rate: use e.g. 0.9 or 90%") from None
         if not 0.0 <= v <= 1.0:
-            raise click.BadParameter(f"hit rate {part.strip()!r} is not in [0, 1]")
+            raise click.BadParameter(f"hit rate {shown(part.strip())} is not in [0, 1]")
         out.append(v)
     return out
+
+
+def longest_prompt(block_size: int) -> int:
+    """Tokens of the longest prompt a store serves in one lookup: tt_store_lookup() takes its block
+    count as an unsigned int."""
+    return limits.arg_max("tt_store_lookup", 2) * block_size
 
 
 def _ms(s: float) -> str:
@@ -95,29 +106,36 @@ def io_alone_hardware(io: dict, n_ssd: int, pcie_gbps):
     return Hardware.per_ssd(r / n, n_ssd, w / n, pcie_gbps)
 
 
+def _preset_names() -> list[str]:
+    from ..sched import PRESETS  # noqa: PLC0415
+
+    return list(PRESETS)
+
+
 @main.command("plan", epilog=EXIT_CODES)
-@click.option("--model", "model_name", metavar="NAME",
-              help="model shape preset (llama3-8b, llama3-70b, mistral-7b, qwen2.5-7b, qwen2.5-32b); "
-                   "compute time from FLOPs (--tflops, --mfu, --hbm-gbps)")
-@click.option("--profile", "profile_path", type=click.Path(dir_okay=False),
+@click.option("--model", "model_name", type=Choice(_preset_names(), case_sensitive=False),
+              help="model shape preset; compute time from FLOPs (--tflops, --mfu, --hbm-gbps)")
+@click.option("--profile", "profile_path", type=InputFile(),
               help="profile table from `tutti-admin profile`: the model's shape and measured layer times")
-@click.option("--ssd-gbps", type=_POSITIVE, help="read rate of one SSD, GB/s (default: the profile's io, else 7)")
-@click.option("--ssd-write-gbps", type=_POSITIVE, help="write rate of one SSD, GB/s (default: the read rate)")
-@click.option("--n-ssd", type=click.IntRange(min=1),
+@click.option("--ssd-gbps", type=_RATE, help="read rate of one SSD, GB/s (default: the profile's io, else 7)")
+@click.option("--ssd-write-gbps", type=_RATE, help="write rate of one SSD, GB/s (default: the read rate)")
+@click.option("--n-ssd", type=Whole(1, limits.max_members, "a store has at most TT_MAX_MEMBERS members"),
               help="SSDs the store is striped over (default: the profile's io, else 4)")
-@click.option("--pcie-gbps", type=_POSITIVE, help="cap of the link between the SSDs and the GPU, GB/s (default: none)")
-@click.option("--tokens", "tokens_text", default="32K,64K,128K", show_default=True, help="prompt lengths")
-@click.option("--hit-rates", "rates_text", default="0.5,0.75,0.9,1.0", show_default=True,
+@click.option("--pcie-gbps", type=_RATE, help="cap of the link between the SSDs and the GPU, GB/s (default: none)")
+@click.option("--tokens", "tokens", type=Parsed(parse_tokens, "N,N,..."), default="32K,64K,128K", show_default=True,
+              help="prompt lengths")
+@click.option("--hit-rates", "rates", type=Parsed(parse_rates, "R,R,..."), default="0.5,0.75,0.9,1.0",
+              show_default=True,
               help="fractions of each prompt stored in Tutti")
-@click.option("--prefetch-depth", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--prefetch-depth", type=c_field("tt_fingerprint", "n_layers"), default=2, show_default=True,
               help="layers a read may run ahead of compute")
-@click.option("--tflops", type=_POSITIVE, default=H200_TFLOPS, show_default=True,
+@click.option("--tflops", type=_RATE, default=H200_TFLOPS, show_default=True,
               help="peak dense TFLOP/s for the FLOP model (H200 BF16)")
-@click.option("--mfu", type=click.FloatRange(0, 1, min_open=True), default=0.5, show_default=True,
+@click.option("--mfu", type=Finite(1e-3, min_open=False, max=1), default=0.5, show_default=True,
               help="fraction of --tflops a prefill achieves (an assumption: measure with a profile)")
-@click.option("--hbm-gbps", type=_POSITIVE, default=H200_HBM_GBPS, show_default=True, help="HBM bandwidth, GB/s")
+@click.option("--hbm-gbps", type=_RATE, default=H200_HBM_GBPS, show_default=True, help="HBM bandwidth, GB/s")
 @_json_opt
-def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbps, tokens_text, rates_text,
+def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbps, tokens, rates,
              prefetch_depth, tflops, mfu, hbm_gbps, as_json):
     """Predict TTFT of SSD-backed prefill: recompute vs all-in-HBM vs Tutti.
 
@@ -136,11 +154,6 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
 
     if bool(model_name) == bool(profile_path):
         raise CliError("give exactly one of --model NAME and --profile TABLE.json", EXIT_USAGE)
-    try:
-        tokens = parse_tokens(tokens_text)
-        rates = parse_rates(rates_text)
-    except click.BadParameter as e:
-        raise CliError(e.message, EXIT_USAGE) from None
     if profile_path:
         try:
             profile = ComputeProfile.from_json(profile_path)
@@ -152,6 +165,10 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
         if shape is None:
             raise CliError(f"unknown model {model_name!r}: one of {', '.join(PRESETS)} (or --profile)", EXIT_USAGE)
         profile = ComputeProfile.analytic(shape, tflops * mfu, hbm_gbps)
+    most = longest_prompt(shape.block_size)
+    if max(tokens) > most:
+        raise CliError(f"--tokens {max(tokens)}: longer than one store lookup serves ({most} tokens: "
+                       "tt_store_lookup() counts blocks in an unsigned int)", EXIT_USAGE)
     io = profile.io or {}
     rates_from_profile = ssd_gbps is None and bool(io)
     if ssd_gbps is None:

@@ -2,41 +2,62 @@
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
 from .app import main
-from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, make_console
+from . import limits
+from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, format_size, make_console
+from .params import Choice, Finite, OutputFile, Parsed, Whole, c_field
+from .text import shown
+
+
+_GRID_RE = re.compile(r"^\s*([0-9]{1,30})\s*:\s*([0-9]{1,30})\s*$")
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]{1,6})?)$")
 
 
 def _parse_grid(text: str) -> list[tuple[int, int]]:
-    try:
-        grid = [tuple(int(v) for v in item.split(":")) for item in text.split(",") if item.strip()]
-    except ValueError:
-        grid = []
-    if not grid or any(len(g) != 2 or g[0] < 1 or g[1] < 0 for g in grid):
-        raise click.BadParameter(f"{text!r}: give NEW:PREFIX pairs, e.g. 4096:0,4096:28672")
+    """'4096:0,4096:28672' -> [(4096, 0), (4096, 28672)]: (new tokens >= 1, cached prefix tokens)."""
+    matches = [_GRID_RE.match(item) for item in text.split(",") if item.strip()]
+    grid = [(int(m.group(1)), int(m.group(2))) for m in matches if m]
+    if not matches or len(grid) != len(matches) or any(n < 1 for n, _ in grid):
+        raise click.BadParameter(f"{shown(text)}: give NEW:PREFIX pairs, e.g. 4096:0,4096:28672")
     return grid
 
 
+def _parse_device(text: str) -> str:
+    if not _DEVICE_RE.match(text.strip()):
+        raise click.BadParameter(f"{shown(text)}: give cpu, cuda or cuda:N")
+    return text.strip()
+
+
+def _preset_names() -> list[str]:
+    from ..sched import PRESETS  # noqa: PLC0415
+
+    return list(PRESETS)
+
+
 @main.command("profile", epilog=EXIT_CODES)
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="profile table to write (JSON)")
-@click.option("--device", default=None, help="cuda, cuda:N or cpu (default: cuda when available)")
+@click.option("--out", "out", required=True, type=OutputFile(), help="profile table to write (JSON)")
+@click.option("--device", type=Parsed(_parse_device, "DEVICE"), default=None,
+              help="cuda, cuda:N or cpu (default: cuda when available)")
 @click.option("--tiny", is_flag=True, help="a tiny model shape and grid (float32): seconds on a CPU, for tests")
-@click.option("--preset", default="llama3-8b", show_default=True, help="model shape (tutti.sched PRESETS)")
-@click.option("--grid", "grid_text", default=None, metavar="N:P,...",
+@click.option("--preset", type=Choice(_preset_names()), default="llama3-8b", show_default=True, help="model shape")
+@click.option("--grid", type=Parsed(_parse_grid, "N:P,..."), default=None,
               help="(new_tokens, prefix_tokens) points; default: a grid up to 128K tokens (--tiny: a small one)")
-@click.option("--repeats", default=3, show_default=True, type=click.IntRange(1, 100), help="timed runs per point")
+@click.option("--repeats", default=3, show_default=True, type=Whole(1, 100), help="timed runs per point")
 @click.option("--io", "with_io", is_flag=True,
               help="also measure read/write rates of the store on the emulated NVMe controller (GPU, libtutti_gpu.so)")
-@click.option("--io-namespaces", default=2, show_default=True, type=click.IntRange(1, 16),
+@click.option("--io-namespaces", default=2, show_default=True,
+              type=Whole(1, limits.max_members, "a store has at most TT_MAX_MEMBERS members"),
               help="namespaces (store members) of the emulated controller")
-@click.option("--io-rate-gbps", default=28.0, show_default=True, type=float,
+@click.option("--io-rate-gbps", default=28.0, show_default=True, type=Finite(0, min_open=False, max=1e6),
               help="the controller's bandwidth cap over all namespaces, GB/s (0: none)")
-@click.option("--io-blocks", default=2048, show_default=True, type=click.IntRange(1),
+@click.option("--io-blocks", default=2048, show_default=True, type=c_field("tt_format_params", "n_slots"),
               help="KV blocks written and read back per layer for the I/O rates")
 @_json_opt
-def profile_cmd(out, device, tiny, preset, grid_text, repeats, with_io, io_namespaces, io_rate_gbps, io_blocks,
+def profile_cmd(out, device, tiny, preset, grid, repeats, with_io, io_namespaces, io_rate_gbps, io_blocks,
                 as_json):
     """Time one decoder layer's prefill over a grid of (new tokens, cached prefix tokens).
 
@@ -50,18 +71,15 @@ def profile_cmd(out, device, tiny, preset, grid_text, repeats, with_io, io_names
         import torch  # noqa: PLC0415
     except ImportError:
         raise CliError("profile needs PyTorch (pip install torch)", EXIT_USAGE) from None
-    from ..prefill import LLAMA3_8B_SHAPE, TINY_SHAPE  # noqa: PLC0415
+    from ..prefill import TINY_SHAPE  # noqa: PLC0415
     from ..prefill.profiling import DEFAULT_GRID, TINY_GRID, device_name, profile_layer, profile_table  # noqa: PLC0415
     from ..sched import PRESETS  # noqa: PLC0415
 
     if tiny:
-        shape, dtype, grid = TINY_SHAPE, torch.float32, TINY_GRID
+        shape, dtype, default_grid = TINY_SHAPE, torch.float32, TINY_GRID
     else:
-        if preset not in PRESETS and preset != "llama3-8b":
-            raise CliError(f"unknown preset {preset!r}: one of {', '.join(sorted(PRESETS))}", EXIT_USAGE)
-        shape, dtype, grid = PRESETS.get(preset, LLAMA3_8B_SHAPE), torch.bfloat16, DEFAULT_GRID
-    if grid_text:
-        grid = _parse_grid(grid_text)
+        shape, dtype, default_grid = PRESETS[preset], torch.bfloat16, DEFAULT_GRID
+    grid = grid or default_grid
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -70,8 +88,17 @@ def profile_cmd(out, device, tiny, preset, grid_text, repeats, with_io, io_names
         raise CliError(f"--device {device}: {e}", EXIT_USAGE) from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise CliError("--device cuda: no CUDA device (use --device cpu --tiny)", EXIT_USAGE)
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise CliError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)", EXIT_USAGE)
     if with_io and dev.type != "cuda":
         raise CliError("--io needs a CUDA device (the GPU drives the emulated controller)", EXIT_USAGE)
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    kv_token_layer = 2 * shape.n_kv_heads * shape.head_dim * itemsize
+    most = max(n + p for n, p in grid)
+    _fits_memory(torch, dev, most * kv_token_layer, f"--grid's longest point ({most} tokens): one layer's KV cache")
+    if with_io:
+        _fits_memory(torch, dev, 2 * io_blocks * shape.block_size * kv_token_layer * shape.n_layers,
+                     f"--io-blocks {io_blocks}: the KV cache of twice as many blocks")
     dtype_name = str(dtype).removeprefix("torch.")
     con = make_console(stderr=True)
 
@@ -93,6 +120,19 @@ def profile_cmd(out, device, tiny, preset, grid_text, repeats, with_io, io_names
     else:
         con.print(f"wrote {out}: {len(points)} points on {table['device']}"
                   + (f"; I/O read {io['read_gbps']:.2f} GB/s, write {io['write_gbps']:.2f} GB/s" if io else ""))
+
+
+def _fits_memory(torch, dev, need: int, what: str) -> None:
+    """Refuse (exit 2) a run whose KV cache alone cannot fit the device's free memory, before allocating it
+    (a tensor of the asked size would fail deep in PyTorch, or get the process killed)."""
+    if dev.type == "cuda":
+        free = torch.cuda.mem_get_info(dev)[0]
+    else:
+        from ..bench import host_memory_available  # noqa: PLC0415
+
+        free = host_memory_available()
+    if need > free:
+        raise CliError(f"{what} needs {format_size(need)}; {dev} has {format_size(free)} free", EXIT_USAGE)
 
 
 def _measure_store_io(shape, dtype_name, dev, n_ns, rate_gbps, n_blocks) -> dict:

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from . import limits
 from .app import main
 from .common import (
     CliError,
@@ -15,6 +16,8 @@ from .common import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
     SIZE,
+    check_members,
+    format_size,
     _emit_json,
     _fingerprint,
     _fingerprint_options,
@@ -27,6 +30,10 @@ from .common import (
     _store_summary,
     make_console,
 )
+from .params import Choice, InputFile, MemberPath, OutputFile, Text, Whole, WholeList, c_arg, c_field, dtype_text
+
+
+_FP = "tt_format_params"
 
 
 def _store_held(path: str) -> str | None:
@@ -53,14 +60,15 @@ def _store_held(path: str) -> str | None:
 
 
 @main.command("format", epilog=EXIT_CODES)
-@_paths_arg
+@_paths_arg(create=True)
 @_fingerprint_options(required=True)
 @click.option("--capacity", type=SIZE, help="bytes of KV data to hold (e.g. 2GiB); sets the slot count")
-@click.option("--slots", type=click.IntRange(min=1), help="number of KV blocks (slots) to hold")
-@click.option("--spans", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--slots", type=c_field(_FP, "n_slots"), help="number of KV blocks (slots) to hold")
+@click.option("--spans", type=c_field(_FP, "n_spans"), default=2, show_default=True,
               help="objects per layer per block (2: K and V)")
-@click.option("--span-bytes", type=click.IntRange(min=1), help="bytes per object (default: from the model)")
-@click.option("--stripe-objs", type=click.IntRange(min=1), help="stripe unit in objects (default: 1 MiB worth)")
+@click.option("--span-bytes", type=c_field(_FP, "span_bytes"), help="bytes per object (default: from the model)")
+@click.option("--stripe-objs", type=c_field(_FP, "stripe_objs"),
+              help="stripe unit in objects (default: 1 MiB worth)")
 @click.option("--force", is_flag=True, help="overwrite an existing Tutti store")
 @click.option("--yes", "-y", is_flag=True, help="do not ask before destroying data")
 @_json_opt
@@ -76,16 +84,13 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
     fp = _fingerprint(model, required=True)
     if capacity is not None and slots is not None:
         raise click.UsageError("give --capacity or --slots, not both")
-    if len(set(os.path.realpath(p) for p in paths)) != len(paths):
-        raise click.UsageError("a member is named twice")
     for p in paths:
-        if os.path.isdir(p):
-            raise CliError(f"{p} is a directory", EXIT_USAGE)
         if capacity is None and slots is None and not is_block_device(p):
             raise CliError(f"{p}: a regular file needs --capacity or --slots", EXIT_USAGE)
-        parent = os.path.dirname(os.path.abspath(p))
-        if not os.path.isdir(parent):
-            raise CliError(f"{p}: directory {parent} does not exist", EXIT_USAGE)
+    sizing = {"n_slots": slots, "capacity_bytes": capacity}
+    layout = {"n_spans": spans, "span_bytes": span_bytes, "stripe_objs": stripe_objs}
+    if slots is not None or capacity is not None:
+        _plan_fits(paths, fp, sizing, layout)
 
     held = {p: what for p in paths if (what := _store_held(p))}
     existing = list(held)
@@ -106,10 +111,10 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
                            "; pass --yes to confirm (no terminal to ask)", EXIT_USAGE)
         click.confirm("Format destroys the data on " + ", ".join(danger) + ". Continue?", abort=True)
 
-    sizing = {"n_slots": slots, "capacity_bytes": capacity}
     try:
-        Store.format(list(paths), fp, n_spans=spans, span_bytes=span_bytes, stripe_objs=stripe_objs,
-                     force=force, **sizing)
+        Store.format(list(paths), fp, force=force, **layout, **sizing)
+    except ValueError as e:
+        raise CliError(f"format: {e}", EXIT_USAGE) from None
     except OSError as e:
         if e.errno == errno.EEXIST:
             raise CliError(f"{', '.join(paths)}: already holds a store; pass --force to overwrite it: "
@@ -127,8 +132,25 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
     _print_dict(con, "Store", info)
 
 
+def _plan_fits(paths, fp, sizing: dict, layout: dict) -> None:
+    """Refuse (exit 2) a geometry libtutti would refuse, or a store larger than the file systems of its
+    regular-file members can hold, before anything is read or written."""
+    from ..bench import room_for  # noqa: PLC0415
+    from ..store import Store  # noqa: PLC0415
+
+    try:
+        _, need = Store.plan(len(paths), fp, **sizing, **layout)
+    except (OSError, ValueError) as e:
+        raise CliError(f"format: {e.strerror if isinstance(e, OSError) and e.strerror else e}", EXIT_USAGE) from None
+    for p in paths:
+        room = room_for(p)
+        if room is not None and need > room:
+            raise CliError(f"format: {p}: the store needs {format_size(need)} per member; the file system "
+                           f"holding it has room for {format_size(room)}", EXIT_USAGE)
+
+
 @main.command("info", epilog=EXIT_CODES)
-@_paths_arg
+@_paths_arg()
 @_fingerprint_options(required=False)
 @_json_opt
 def info_cmd(paths, as_json, **model):
@@ -143,14 +165,15 @@ def info_cmd(paths, as_json, **model):
 
 
 @main.command("check", epilog=EXIT_CODES)
-@_paths_arg
+@_paths_arg()
 @_fingerprint_options(required=False)
 @click.option("--repair", is_flag=True,
               help="clear bad slots and damaged records (durably); unreadable slots are kept")
-@click.option("--first", type=click.IntRange(min=0), default=0, show_default=True, help="first slot to check")
-@click.option("--count", type=click.IntRange(min=1), help="slots to check (default: to the end)")
-@click.option("--chunk", type=click.IntRange(min=1), default=64, show_default=True,
-              help="slots checked per call (progress granularity)")
+@click.option("--first", type=c_arg("tt_store_check", 1, min=0), default=0, show_default=True,
+              help="first slot to check")
+@click.option("--count", type=c_arg("tt_store_check", 2), help="slots to check (default: to the end)")
+@click.option("--chunk", type=c_arg("tt_store_check", 6), default=64, show_default=True,
+              help="slots checked per call (progress granularity; at most the slots checked)")
 @click.option("--progress/--no-progress", default=None, help="progress bar on stderr (default: if a terminal)")
 @_json_opt
 def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
@@ -168,6 +191,7 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
         if first >= n_slots:
             raise CliError(f"--first {first} is beyond the last slot ({n_slots - 1})", EXIT_USAGE)
         total = min(count if count is not None else n_slots - first, n_slots - first)
+        chunk = min(chunk, total)  # its bad-slot buffer: never more than the slots checked
         err = make_console(stderr=True)
         show = err.is_terminal if progress is None else progress
         bar = Progress(TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TextColumn("slots"),
@@ -211,23 +235,28 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
 
 
 @main.command("bench", epilog=EXIT_CODES)
-@click.argument("paths", nargs=-1, metavar="[PATH...]", type=click.Path(dir_okay=False))
-@click.option("--path", "extra_paths", multiple=True, type=click.Path(dir_okay=False),
+@click.argument("paths", nargs=-1, metavar="[PATH...]", type=MemberPath(create=True, parents=True))
+@click.option("--path", "extra_paths", multiple=True, type=MemberPath(create=True, parents=True),
               help="a member (same as PATH; repeatable)")
 @click.option("--size", type=SIZE, help="store capacity (default: just the prefix)")
-@click.option("--prefix-tokens", type=click.IntRange(min=1), default=32768, show_default=True,
+@click.option("--prefix-tokens", type=c_field(_FP, "n_slots"), default=32768, show_default=True,
               help="tokens of the prefix stored and retrieved")
-@click.option("--runs", type=click.IntRange(min=1), default=5, show_default=True, help="runs (medians reported)")
-@click.option("--model-config", type=click.Path(exists=True), help="HF config.json (default: Llama-3-8B geometry)")
-@click.option("--block-size", type=click.IntRange(min=1), default=16, show_default=True, help="tokens per KV block")
-@click.option("--dtype", help="KV dtype with --model-config (default: the config's)")
-@click.option("--sweep", default="64,256,1024,2048", show_default=True,
+@click.option("--runs", type=Whole(1, 100), default=5, show_default=True, help="runs (medians reported)")
+@click.option("--model-config", type=InputFile(dir_file="config.json"),
+              help="HF config.json (default: Llama-3-8B geometry)")
+@click.option("--block-size", type=c_field("tt_fingerprint", "block_size"), default=16, show_default=True,
+              help="tokens per KV block")
+@click.option("--dtype", type=dtype_text(), help="KV dtype with --model-config (default: the config's)")
+@click.option("--sweep", type=WholeList(1, lambda: limits.field_max(_FP, "n_slots")), default="64,256,1024,2048",
+              show_default=True,
               help="block counts for the CPU-per-layer sweep (clipped to the prefix)")
-@click.option("--engine", default="auto", show_default=True, help="I/O engine: auto, uring or psync")
+@click.option("--engine", type=Choice(["auto", "uring", "psync"]), default="auto", show_default=True,
+              help="I/O engine")
 @click.option("--no-fio", is_flag=True, help="skip the fio baselines")
 @click.option("--force", is_flag=True, help="allow formatting a block device or a file that holds other data")
-@click.option("--output", type=click.Path(dir_okay=False), help="markdown file to write the results section into")
-@click.option("--section", default=None, help="heading of that section (default: the store benchmark's)")
+@click.option("--output", type=OutputFile(), help="markdown file to write the results section into")
+@click.option("--section", type=Text(), default=None,
+              help="heading of that section (default: the store benchmark's)")
 @click.option("--seed", type=int, default=1, show_default=True, help="seed for the data and the block shuffle")
 @_json_opt
 def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block_size, dtype, sweep, engine,
@@ -242,14 +271,10 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     """
     from .. import bench  # noqa: PLC0415
 
-    members = list(paths) + list(extra_paths)
+    members = list(check_members(None, None, list(paths) + list(extra_paths)))
     if not members:
         raise click.UsageError("give at least one PATH (or --path)")
-    try:
-        sweep_counts = [int(x) for x in sweep.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{sweep!r} is not a comma-separated list of block counts",
-                                 param_hint="--sweep") from None
+    sweep_counts = sweep
     fp = None
     if model_config:
         fp = _fingerprint({"model_config": model_config, "block_size": block_size, "dtype": dtype,

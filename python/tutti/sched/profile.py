@@ -182,12 +182,16 @@ class ComputeProfile:
         else:
             where = os.fspath(path_or_dict)
             try:
-                with open(where) as f:
+                with open(where, encoding="utf-8") as f:
                     d = json.load(f)
             except OSError as e:
                 raise ProfileError(f"{where}: {e.strerror or e}") from None
             except json.JSONDecodeError as e:
                 raise ProfileError(f"{where}: not valid JSON: {e}") from None
+            except UnicodeDecodeError:
+                raise ProfileError(f"{where}: not UTF-8 text, so not a JSON profile table") from None
+            except RecursionError:
+                raise ProfileError(f"{where}: JSON nested too deeply for a profile table") from None
         if not isinstance(d, dict):
             raise ProfileError(f"{where}: a profile table is a JSON object, got {type(d).__name__}")
         version = d.get("version")
