@@ -166,6 +166,7 @@ prog_store crash crash $NA $NB "${TUTTI_HIL_CRASH_TRIALS:-20}"
 # one read takes seconds (kq_stall.c).  The kill is expected: its kernel lines are bracketed
 # for the final dmesg check.
 R=${TUTTI_HIL_RACE_ROUNDS:-100}
+t_races=$(date +%s)
 kfence_on
 prog_run race-mmap-dma "$BIN/kq_race" mmap-dma $NA $R
 prog_run race-deleted-map "$BIN/kq_race" deleted-map $NA $R
@@ -187,6 +188,7 @@ echo $A >/sys/bus/pci/drivers/tutti/unbind
 expect "rebind $A after the kill" "$BIN/kq_attach" attach $A
 CA=/dev/$(node_of $A); NA=${CA}n1
 wait_for $NA && prog_rc after-kill sglprp $NA || not_ok "$NA after the kill"
+echo "# races and stalled command: $(($(date +%s) - t_races)) s"
 
 # Takeover from the kernel's nvme driver and hand-back.
 if [ -n "${TUTTI_NVME_KO:-}" ] && [ -e "$TUTTI_NVME_KO" ]; then
