@@ -12,6 +12,11 @@
  * memory goes through a pinned bounce pool.  Metadata I/O and flushes use
  * the node's read/write/fsync, served by the module's own queue.
  *
+ * A member whose commands get no completion for TUTTI_KQ_TIMEOUT_MS (default
+ * 30000) is fenced: its queue is deleted (tt_kqp_delete()) before the
+ * commands fail with -ETIMEDOUT and their memory is released, and a new
+ * queue is made (docs/kmod.md, "The kqueue engine").
+ *
  * The functions below are what the engine uses, exported for tools and
  * tests that drive queues by hand.  All return 0 or a negative errno
  * (reason in tt_errmsg()).
