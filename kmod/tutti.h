@@ -20,7 +20,23 @@
 #define TUTTI_KQ_QID		1	/* the module's own polled I/O queue */
 #define TUTTI_KBUF_MAX		(256u << 10)
 #define TUTTI_MAX_QUEUES	64	/* I/O queue pairs asked for */
-#define TUTTI_CMD_TIMEOUT_MS	30000
+#define TUTTI_CMD_TIMEOUT_MS	30000	/* default of the cmd_timeout_ms parameter */
+
+/*
+ * Lock order (docs/kmod.md, "Locking"), outermost first:
+ *
+ *   c->io.lock  >  mmap_lock  >  c->lock  >  f->qlock  >  c->admin.lock  >  c->kill_lock
+ *
+ * mmap_lock is the kernel's: held around f_op->mmap and vm_ops->fault, and
+ * taken by anything that touches user memory (copy_{to,from}_user,
+ * pin_user_pages*, account_locked_vm).  Hence c->lock, f->qlock,
+ * c->admin.lock and c->kill_lock are never held while user memory is
+ * touched or pages are pinned, unpinned or accounted; only c->io.lock is
+ * (the read/write path copies through the module's bounce buffer), and
+ * nothing that runs under mmap_lock takes c->io.lock.  The nvidia-p2p free
+ * callback (RM locks held) takes f->qlock and what nests inside it, never
+ * c->lock.  unmap_mapping_range() (i_mmap_rwsem) is called under c->lock.
+ */
 
 /* A polled queue pair the module drives itself (admin, or qid 1). */
 struct tutti_kq {
@@ -89,7 +105,9 @@ struct tutti_ctrl {
 	struct list_head files;
 	struct ida qids;
 	bool gone;		/* unbound: every file operation fails */
-	bool dead;		/* stopped answering: disabled */
+	bool dead;		/* stopped answering: disabled (tutti_ctrl_kill()) */
+	bool stopped;		/* ... and confirmed stopped: CSTS.RDY=0, no bus mastering */
+	struct mutex kill_lock;	/* dead, stopped */
 	bool io_ready;
 
 	atomic_t n_uqueues;		/* queue pairs of processes (sysfs) */
@@ -119,7 +137,9 @@ struct tutti_uq {
 	bool sq_peer;
 	bool cq_peer;
 	bool live;		/* created on the controller, counted */
-	bool revoked;		/* deleted on the controller by a GPU revocation */
+	bool revoked;		/* stopped on the controller by a GPU revocation */
+	bool unfenced;		/* a delete failed and the controller did not
+				 * confirm it stopped: its memory is never freed */
 	struct tutti_ctrl *peer;	/* holds a reference while the SQ is there */
 	struct tutti_p2p *p2p;		/* GPU range holding a ring, referenced */
 	void *cq;
@@ -129,6 +149,7 @@ struct tutti_uq {
 
 /* Pinned, DMA-mapped user memory. */
 struct tutti_dma {
+	struct list_head node;	/* f->dma_zombies, or a list being freed */
 	u64 vaddr;
 	unsigned long npages;
 	unsigned long npinned;
@@ -158,7 +179,17 @@ struct tutti_file {
 	 * Holders only touch the list and run admin commands.
 	 */
 	struct mutex qlock;
-	struct xarray dmas;
+	struct xarray dmas;	/* pinned memory, f->qlock */
+	/*
+	 * Unmapped while a queue of the file was live (a command in flight may
+	 * still address it): unpinned once the file has no live queue (f->qlock).
+	 */
+	struct list_head dma_zombies;
+	/*
+	 * A queue of the file could not be proven stopped: nothing the file
+	 * pinned is ever unpinned (f->qlock).
+	 */
+	bool leaked;
 	struct xarray p2ps;	/* GPU ranges (TUTTI_IOC_P2P_MAP), c->lock */
 };
 
@@ -167,7 +198,7 @@ u32 tutti_rd32(struct tutti_ctrl *c, u32 off);
 u64 tutti_rd64(struct tutti_ctrl *c, u32 off);
 int tutti_ctrl_reset(struct tutti_ctrl *c);
 int tutti_ctrl_enable(struct tutti_ctrl *c);
-void tutti_ctrl_shutdown(struct tutti_ctrl *c);
+int tutti_ctrl_shutdown(struct tutti_ctrl *c);
 int tutti_ctrl_setup(struct tutti_ctrl *c);
 void tutti_ctrl_teardown(struct tutti_ctrl *c);
 int tutti_admin_exec(struct tutti_ctrl *c, struct nvme_command *cmd, u32 *result);
@@ -176,24 +207,29 @@ int tutti_admin_passthru(struct tutti_ctrl *c, struct nvme_command *cmd,
 int tutti_kio(struct tutti_ns *ns, bool write, u64 lba, u32 nlb, u32 *status);
 int tutti_kflush(struct tutti_ns *ns);
 int tutti_status_errno(u16 status);
-void tutti_ctrl_kill(struct tutti_ctrl *c, const char *why);
+bool tutti_ctrl_kill(struct tutti_ctrl *c, const char *why);
+bool tutti_ctrl_stopped(struct tutti_ctrl *c);
 
 /* tutti_queue.c */
 int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg);
-int tutti_queue_delete(struct tutti_file *f, u32 qid);
+int tutti_queue_delete(struct tutti_file *f, u32 qid, struct list_head *unpin);
 void tutti_queues_release(struct tutti_file *f);
 struct tutti_uq *tutti_queue_find(struct tutti_file *f, u32 qid);
+bool tutti_file_has_live_queue(struct tutti_file *f);
 void tutti_queues_revoke(struct tutti_file *f);
 
 /* tutti_dma.c */
 int tutti_dma_map(struct tutti_file *f, struct tutti_dma_map *arg);
 int tutti_dma_unmap(struct tutti_file *f, u32 handle);
-void tutti_dmas_release(struct tutti_file *f);
+void tutti_dmas_take(struct tutti_file *f, struct list_head *out, bool zombies_only);
+void tutti_dmas_free(struct tutti_ctrl *c, struct list_head *list);
 
 /* tutti_cmb.c */
 void tutti_cmb_setup(struct tutti_ctrl *c);
-int tutti_cmb_mmap(struct tutti_ctrl *c, struct vm_area_struct *vma, u64 off);
 struct tutti_ctrl *tutti_peer_get(int fd);
+
+/* tutti_mmap.c */
+int tutti_mmap(struct file *file, struct vm_area_struct *vma);
 
 /*
  * GPU memory through NVIDIA's peer-to-peer API (tutti_p2p.c, built only
@@ -240,7 +276,6 @@ static inline bool tutti_p2p_ring_live(struct tutti_uq *q)
 
 /* tutti_main.c */
 void tutti_ctrl_put(struct tutti_ctrl *c);
-void tutti_vma_init(struct vm_area_struct *vma);
 
 /* tutti_fops.c */
 extern const struct file_operations tutti_fops;

@@ -62,29 +62,6 @@ void tutti_cmb_setup(struct tutti_ctrl *c)
 }
 
 /**
- * tutti_cmb_mmap() - map (a prefix of) the CMB, uncached
- * @c: controller
- * @vma: the mapping; its length must fit the CMB
- * @off: byte offset in the CMB
- *
- * Return: 0 or a negative errno.
- */
-int tutti_cmb_mmap(struct tutti_ctrl *c, struct vm_area_struct *vma, u64 off)
-{
-	u64 len = vma->vm_end - vma->vm_start;
-
-	if (!c->cmb_bytes)
-		return -ENODEV;
-	if (off > c->cmb_bytes || len > c->cmb_bytes - off)
-		return -EINVAL;
-	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-	tutti_vma_init(vma);
-	return io_remap_pfn_range(vma, vma->vm_start,
-				  (c->cmb_phys + off) >> PAGE_SHIFT, len,
-				  vma->vm_page_prot);
-}
-
-/**
  * tutti_peer_get() - the controller behind an open tutti file descriptor
  * @fd: descriptor in the calling process
  *

@@ -10,9 +10,21 @@
 #include <linux/dma-mapping.h>
 #include <linux/io-64-nonatomic-lo-hi.h>
 #include <linux/jiffies.h>
+#include <linux/module.h>
 #include <linux/slab.h>
 
 #include "tutti.h"
+
+static unsigned int cmd_timeout_ms = TUTTI_CMD_TIMEOUT_MS;
+module_param(cmd_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(cmd_timeout_ms,
+		 "admin and kernel I/O command timeout in ms (default 30000, at least 100); "
+		 "a command that times out disables the controller");
+
+static unsigned long tutti_cmd_timeout(void)
+{
+	return msecs_to_jiffies(max_t(unsigned int, READ_ONCE(cmd_timeout_ms), 100));
+}
 
 u32 tutti_rd32(struct tutti_ctrl *c, u32 off)
 {
@@ -75,13 +87,16 @@ int tutti_ctrl_enable(struct tutti_ctrl *c)
 	return tutti_wait_csts(c, NVME_CSTS_RDY | NVME_CSTS_CFS, NVME_CSTS_RDY);
 }
 
-void tutti_ctrl_shutdown(struct tutti_ctrl *c)
+/* Normal shutdown (CC.SHN), then CC.EN=0.  Return: 0 once CSTS.RDY reads 0. */
+int tutti_ctrl_shutdown(struct tutti_ctrl *c)
 {
 	unsigned long deadline = jiffies + msecs_to_jiffies(5000);
 	u32 cc = tutti_rd32(c, NVME_REG_CC);
 
-	if (cc == ~0u || !(cc & NVME_CC_ENABLE))
-		return;
+	if (cc == ~0u)
+		return -ENODEV;
+	if (!(cc & NVME_CC_ENABLE))
+		return tutti_wait_csts(c, NVME_CSTS_RDY, 0);
 	cc = (cc & ~NVME_CC_SHN_MASK) | NVME_CC_SHN_NORMAL;
 	writel(cc, c->bar + NVME_REG_CC);
 	while ((tutti_rd32(c, NVME_REG_CSTS) & NVME_CSTS_SHST_MASK) !=
@@ -93,7 +108,7 @@ void tutti_ctrl_shutdown(struct tutti_ctrl *c)
 		usleep_range(1000, 2000);
 	}
 	writel(cc & ~(NVME_CC_ENABLE | NVME_CC_SHN_MASK), c->bar + NVME_REG_CC);
-	tutti_wait_csts(c, NVME_CSTS_RDY, 0);
+	return tutti_wait_csts(c, NVME_CSTS_RDY, 0);
 }
 
 static int tutti_kq_alloc(struct tutti_ctrl *c, struct tutti_kq *q, u16 qid,
@@ -133,15 +148,54 @@ static void tutti_kq_free(struct tutti_ctrl *c, struct tutti_kq *q)
  * @c: a bound controller (its BAR mapped)
  * @why: logged
  *
- * Used when the module cannot prove a queue stopped (a delete that failed
- * while the memory it addressed is being taken away): CC.EN=0 ends every
- * queue's DMA; the controller is then dead until rebound.
+ * Used when the module cannot prove a queue stopped (a command or a delete
+ * that failed or timed out): CC.EN=0 resets the controller, which ends
+ * every queue; then it waits up to CAP.TO for CSTS.RDY=0, the controller's
+ * word that the reset is done, and turns bus mastering off, so a
+ * controller that wakes up later cannot reach memory.  The controller is
+ * dead until rebound.  Callers free memory the controller may have
+ * addressed only when this returns true (confirmed stopped); otherwise
+ * that memory stays allocated and pinned for good.  Takes c->kill_lock
+ * (innermost); may sleep up to CAP.TO.  A second call returns the first
+ * call's verdict.
+ *
+ * Return: true when the controller confirmed it stopped.
  */
-void tutti_ctrl_kill(struct tutti_ctrl *c, const char *why)
+bool tutti_ctrl_kill(struct tutti_ctrl *c, const char *why)
 {
-	dev_err(&c->pdev->dev, "%s: controller disabled\n", why);
-	WRITE_ONCE(c->dead, true);
-	writel(0, c->bar + NVME_REG_CC);
+	bool stopped;
+	int ret;
+
+	mutex_lock(&c->kill_lock);
+	if (!c->dead) {
+		dev_err(&c->pdev->dev, "%s: controller disabled\n", why);
+		WRITE_ONCE(c->dead, true);
+		writel(0, c->bar + NVME_REG_CC);
+		ret = tutti_wait_csts(c, NVME_CSTS_RDY, 0);
+		pci_clear_master(c->pdev);
+		/* A read flushes the posted writes above to the device. */
+		if (tutti_rd32(c, NVME_REG_CSTS) == ~0u)
+			ret = -ENODEV;
+		WRITE_ONCE(c->stopped, ret == 0);
+		if (ret)
+			dev_err(&c->pdev->dev,
+				"controller did not confirm it stopped (%d): memory it may address stays allocated and pinned\n",
+				ret);
+	}
+	stopped = c->stopped;
+	mutex_unlock(&c->kill_lock);
+	return stopped;
+}
+
+/**
+ * tutti_ctrl_stopped() - was the controller disabled and confirmed stopped?
+ * @c: controller
+ *
+ * Then nothing it was asked to do can still reach memory.
+ */
+bool tutti_ctrl_stopped(struct tutti_ctrl *c)
+{
+	return READ_ONCE(c->stopped);
 }
 
 int tutti_status_errno(u16 status)
@@ -162,13 +216,14 @@ int tutti_status_errno(u16 status)
 static int tutti_kq_exec(struct tutti_ctrl *c, struct tutti_kq *q,
 			 struct nvme_command *cmd, u32 *result)
 {
-	unsigned long deadline = jiffies + msecs_to_jiffies(TUTTI_CMD_TIMEOUT_MS);
+	unsigned long deadline = jiffies + tutti_cmd_timeout();
 	struct nvme_completion *cqe;
 	unsigned int spins = 0;
 	u16 cid, status;
 
 	lockdep_assert_held(&q->lock);
-	if (READ_ONCE(c->dead))
+	/* Dead, or torn down by unbind (the rings are freed then). */
+	if (READ_ONCE(c->dead) || !q->sq)
 		return -ENODEV;
 	cid = q->next_cid++;
 	cmd->common.command_id = cid;
@@ -184,12 +239,9 @@ static int tutti_kq_exec(struct tutti_ctrl *c, struct tutti_kq *q,
 			break;
 		if (time_after(jiffies, deadline) ||
 		    (tutti_rd32(c, NVME_REG_CSTS) & NVME_CSTS_CFS)) {
-			dev_err(&c->pdev->dev,
-				"queue %u: command %#x timed out, controller disabled\n",
+			dev_err(&c->pdev->dev, "queue %u: command %#x timed out\n",
 				q->qid, cmd->common.opcode);
-			WRITE_ONCE(c->dead, true);
-			/* A disabled controller stops all DMA. */
-			writel(0, c->bar + NVME_REG_CC);
+			tutti_ctrl_kill(c, "command timeout");
 			return -EIO;
 		}
 		if (++spins < 64)
@@ -253,11 +305,16 @@ int tutti_admin_passthru(struct tutti_ctrl *c, struct nvme_command *cmd,
 {
 	int ret;
 
+	/* c->io.lock is the one tutti lock that may be held across user memory. */
 	mutex_lock(&c->io.lock);
-	memset(c->kbuf, 0, PAGE_SIZE);
-	ret = tutti_admin_read(c, cmd, result);
-	if (ret >= 0 && copy_to_user(ubuf, c->kbuf, len))
-		ret = -EFAULT;
+	if (READ_ONCE(c->gone)) {
+		ret = -ENODEV;
+	} else {
+		memset(c->kbuf, 0, PAGE_SIZE);
+		ret = tutti_admin_read(c, cmd, result);
+		if (ret >= 0 && copy_to_user(ubuf, c->kbuf, len))
+			ret = -EFAULT;
+	}
 	mutex_unlock(&c->io.lock);
 	return ret;
 }
@@ -314,8 +371,16 @@ int tutti_kflush(struct tutti_ns *ns)
 
 	cmd.common.opcode = nvme_cmd_flush;
 	cmd.common.nsid = cpu_to_le32(ns->nsid);
+	/*
+	 * gone is checked under io.lock: unbind sets it before the teardown
+	 * takes io.lock to free the queue (checked before the lock, a flush
+	 * could run on a queue the teardown had just freed).
+	 */
 	mutex_lock(&c->io.lock);
-	ret = tutti_kq_exec(c, &c->io, &cmd, NULL);
+	if (READ_ONCE(c->gone))
+		ret = -ENODEV;
+	else
+		ret = tutti_kq_exec(c, &c->io, &cmd, NULL);
 	mutex_unlock(&c->io.lock);
 	return ret < 0 ? ret : tutti_status_errno(ret);
 }
@@ -376,7 +441,8 @@ static int tutti_create_kio_queue(struct tutti_ctrl *c)
 	return 0;
 }
 
-static void tutti_delete_kio_queue(struct tutti_ctrl *c)
+/* Delete qid 1 (io.lock and admin.lock held). */
+static void tutti_delete_kio_queue_locked(struct tutti_ctrl *c)
 {
 	struct nvme_command cmd = { };
 
@@ -384,9 +450,10 @@ static void tutti_delete_kio_queue(struct tutti_ctrl *c)
 		return;
 	cmd.delete_queue.opcode = nvme_admin_delete_sq;
 	cmd.delete_queue.qid = cpu_to_le16(TUTTI_KQ_QID);
-	tutti_admin_exec(c, &cmd, NULL);
-	cmd.delete_queue.opcode = nvme_admin_delete_cq;
-	tutti_admin_exec(c, &cmd, NULL);
+	if (!tutti_kq_exec(c, &c->admin, &cmd, NULL)) {
+		cmd.delete_queue.opcode = nvme_admin_delete_cq;
+		tutti_kq_exec(c, &c->admin, &cmd, NULL);
+	}
 	c->io_ready = false;
 }
 
@@ -521,22 +588,44 @@ int tutti_ctrl_setup(struct tutti_ctrl *c)
 	return 0;
 }
 
-/** tutti_ctrl_teardown() - delete the module's queue, shut down, free. */
+/**
+ * tutti_ctrl_teardown() - delete the module's queue, shut down, free
+ * @c: controller (unbound, or a probe that failed)
+ *
+ * The module's rings and bounce buffer are freed only when the controller
+ * is known to have stopped: a normal shutdown that ended with CSTS.RDY=0,
+ * or a kill that confirmed it.  Otherwise they are left allocated.
+ */
 void tutti_ctrl_teardown(struct tutti_ctrl *c)
 {
 	struct device *dev = &c->pdev->dev;
+	bool stopped;
 
 	mutex_lock(&c->io.lock);
-	if (!c->dead)
-		tutti_delete_kio_queue(c);
-	tutti_ctrl_shutdown(c);
-	tutti_kq_free(c, &c->io);
-	tutti_kq_free(c, &c->admin);
-	if (c->kbuf)
-		dma_free_coherent(dev, TUTTI_KBUF_MAX, c->kbuf, c->kbuf_dma);
-	if (c->kprp)
-		dma_free_coherent(dev, PAGE_SIZE, c->kprp, c->kprp_dma);
+	mutex_lock(&c->admin.lock);
+	if (!c->dead) {
+		tutti_delete_kio_queue_locked(c);
+		if (tutti_ctrl_shutdown(c))
+			tutti_ctrl_kill(c, "shutdown did not end with CSTS.RDY=0");
+	}
+	stopped = !c->dead || tutti_ctrl_stopped(c);
+	if (stopped) {
+		tutti_kq_free(c, &c->io);
+		tutti_kq_free(c, &c->admin);
+		if (c->kbuf)
+			dma_free_coherent(dev, TUTTI_KBUF_MAX, c->kbuf, c->kbuf_dma);
+		if (c->kprp)
+			dma_free_coherent(dev, PAGE_SIZE, c->kprp, c->kprp_dma);
+	} else {
+		dev_err(dev, "the module's queues and bounce buffer are left allocated\n");
+	}
+	/* Every later command sees no rings (tutti_kq_exec). */
+	c->io.sq = NULL;
+	c->io.cq = NULL;
+	c->admin.sq = NULL;
+	c->admin.cq = NULL;
 	c->kbuf = NULL;
 	c->kprp = NULL;
+	mutex_unlock(&c->admin.lock);
 	mutex_unlock(&c->io.lock);
 }

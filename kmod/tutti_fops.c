@@ -53,6 +53,7 @@ static int tutti_open(struct inode *inode, struct file *file)
 	f->ns = node->ns;
 	f->filp = file;
 	INIT_LIST_HEAD(&f->queues);
+	INIT_LIST_HEAD(&f->dma_zombies);
 	mutex_init(&f->qlock);
 	xa_init_flags(&f->dmas, XA_FLAGS_ALLOC1);
 	xa_init_flags(&f->p2ps, XA_FLAGS_ALLOC1);
@@ -76,17 +77,23 @@ static int tutti_release(struct inode *inode, struct file *file)
 {
 	struct tutti_file *f = file->private_data;
 	struct tutti_ctrl *c = f->ctrl;
+	LIST_HEAD(unpin);
 	LIST_HEAD(gpu);
 
+	/*
+	 * Queues first (deleted on the controller, or the controller stopped),
+	 * then the memory they addressed: unpinned outside c->lock (it takes
+	 * mmap_lock), GPU ranges given back outside it too (tutti_p2p.c).
+	 * After an unbind (gone) the queues and pins were taken already.
+	 */
 	mutex_lock(&c->lock);
 	list_del(&f->node);
-	if (!c->gone) {
+	if (!c->gone)
 		tutti_queues_release(f);
-		tutti_dmas_release(f);
-	}
-	/* GPU ranges are given back outside c->lock: see tutti_p2p.c. */
+	tutti_dmas_take(f, &unpin, false);
 	tutti_p2p_detach_all(f, &gpu);
 	mutex_unlock(&c->lock);
+	tutti_dmas_free(c, &unpin);
 	tutti_p2p_teardown_list(&gpu);
 	tutti_file_put(f);
 	return 0;
@@ -173,8 +180,7 @@ static int tutti_fsync(struct file *file, loff_t start, loff_t end, int datasync
 
 	if (!f->ns)
 		return -EINVAL;
-	if (READ_ONCE(f->ctrl->gone))
-		return -ENODEV;
+	/* tutti_kflush() checks gone under io.lock: an unbind may be running. */
 	return tutti_kflush(f->ns);
 }
 
@@ -288,7 +294,9 @@ static int tutti_extents_ioctl(struct tutti_file *f, struct tutti_extents *e)
 	memset(e, 0, sizeof(*e));
 	e->argsz = sizeof(*e);
 	mutex_lock(&c->io.lock);
-	for (copy = 0; copy < 2; copy++) {
+	if (READ_ONCE(c->gone))
+		ret = -ENODEV;
+	for (copy = 0; !ret && copy < 2; copy++) {
 		u32 nlb = 4096 >> ns->lba_shift;
 
 		ret = tutti_kio(ns, false, (u64)copy * nlb, nlb, NULL);
@@ -378,6 +386,30 @@ static int tutti_arg_in(void *arg, void __user *uarg, size_t size)
 	return 0;
 }
 
+/* Queue creation and deletion: c->lock, the controller still bound. */
+static long tutti_queue_ioctl(struct tutti_file *f, unsigned int cmd, void *arg)
+{
+	struct tutti_ctrl *c = f->ctrl;
+	LIST_HEAD(unpin);
+	long ret;
+
+	mutex_lock(&c->lock);
+	if (c->gone)
+		ret = -ENODEV;
+	else if (cmd == TUTTI_IOC_QUEUE_CREATE)
+		ret = tutti_queue_create(f, arg);
+	else
+		ret = tutti_queue_delete(f, ((struct tutti_queue_delete *)arg)->qid, &unpin);
+	mutex_unlock(&c->lock);
+	tutti_dmas_free(c, &unpin);
+	return ret;
+}
+
+/*
+ * Dispatch.  No tutti lock is held here: each handler takes the locks it
+ * needs in the documented order (tutti.h), and none but c->io.lock is held
+ * across user memory access (arguments are copied in before and out after).
+ */
 static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 {
 	struct tutti_file *f = file->private_data;
@@ -420,24 +452,19 @@ static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 	ret = tutti_arg_in(&a, up, size);
 	if (ret)
 		return ret;
+	if (READ_ONCE(c->gone))
+		return -ENODEV;
 
-	mutex_lock(&c->lock);
-	if (c->gone) {
-		ret = -ENODEV;
-		goto out;
-	}
 	switch (cmd) {
 	case TUTTI_IOC_INFO:
-		tutti_fill_info(f, &a.info);
+		tutti_fill_info(f, &a.info);	/* fixed since probe */
 		break;
 	case TUTTI_IOC_EXTENTS:
 		ret = tutti_extents_ioctl(f, &a.ex);
 		break;
 	case TUTTI_IOC_QUEUE_CREATE:
-		ret = tutti_queue_create(f, &a.qc);
-		break;
 	case TUTTI_IOC_QUEUE_DELETE:
-		ret = tutti_queue_delete(f, a.qd.qid);
+		ret = tutti_queue_ioctl(f, cmd, &a);
 		break;
 	case TUTTI_IOC_DMA_MAP:
 		ret = tutti_dma_map(f, &a.dm);
@@ -449,68 +476,8 @@ static long tutti_ioctl(struct file *file, unsigned int cmd, unsigned long uarg)
 		ret = tutti_admin_ioctl(f, &a.ad);
 		break;
 	}
-out:
-	mutex_unlock(&c->lock);
 	if (!ret && out && copy_to_user(up, &a, size))
 		ret = -EFAULT;
-	return ret;
-}
-
-static int tutti_mmap(struct file *file, struct vm_area_struct *vma)
-{
-	struct tutti_file *f = file->private_data;
-	struct tutti_ctrl *c = f->ctrl;
-	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
-	u64 len = vma->vm_end - vma->vm_start;
-	struct tutti_uq *q;
-	int ret = -EINVAL;
-
-	if (!(vma->vm_flags & VM_SHARED))
-		return -EINVAL;
-	if (!capable(CAP_SYS_RAWIO))
-		return -EPERM;
-	mutex_lock(&c->lock);
-	if (c->gone) {
-		ret = -ENODEV;
-		goto out;
-	}
-	switch (TUTTI_MMAP_TYPE(off)) {
-	case 0:
-		if (off || len > c->db_bytes)
-			break;
-		vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-		tutti_vma_init(vma);
-		ret = io_remap_pfn_range(vma, vma->vm_start,
-					 (c->bar_phys + NVME_REG_DBS) >> PAGE_SHIFT,
-					 len, vma->vm_page_prot);
-		break;
-	case 1:
-	case 2:
-		q = tutti_queue_find(f, TUTTI_MMAP_QID(off));
-		if (!q || off & ((1ull << 24) - 1))
-			break;
-		if (TUTTI_MMAP_TYPE(off) == 1) {
-			if (q->sq_peer || len > q->sq_bytes)
-				break;
-			tutti_vma_init(vma);
-			vma->vm_pgoff = 0;
-			ret = dma_mmap_coherent(&c->pdev->dev, vma, q->sq, q->sq_dma,
-						q->sq_bytes);
-		} else {
-			if (q->cq_peer || len > q->cq_bytes)
-				break;
-			tutti_vma_init(vma);
-			vma->vm_pgoff = 0;
-			ret = dma_mmap_coherent(&c->pdev->dev, vma, q->cq, q->cq_dma,
-						q->cq_bytes);
-		}
-		break;
-	case 3:
-		ret = tutti_cmb_mmap(c, vma, off - TUTTI_MMAP_CMB);
-		break;
-	}
-out:
-	mutex_unlock(&c->lock);
 	return ret;
 }
 

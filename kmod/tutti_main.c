@@ -7,8 +7,8 @@
  * controller it creates /dev/tuttiN and /dev/tuttiNnM (one per active
  * namespace), whose file operations are in tutti_fops.c; tutti_ctrl.c
  * brings the controller up and runs the module's own queues, tutti_queue.c
- * the queue pairs of a process, tutti_dma.c pinned buffers, tutti_cmb.c peer
- * memory and, when built with NVIDIA's nv-p2p.h, tutti_p2p.c GPU memory.
+ * the queue pairs of a process, tutti_dma.c pinned buffers, tutti_mmap.c
+ * what a process maps, tutti_cmb.c peer memory and, when built with NVIDIA's nv-p2p.h, tutti_p2p.c GPU memory.
  * The user interface is include/uapi/tutti.h.
  */
 #include <linux/dma-mapping.h>
@@ -39,27 +39,6 @@ static void tutti_ctrl_release(struct kref *ref)
 void tutti_ctrl_put(struct tutti_ctrl *c)
 {
 	kref_put(&c->ref, tutti_ctrl_release);
-}
-
-static vm_fault_t tutti_vm_fault(struct vm_fault *vmf)
-{
-	/* Only reached after the controller was unbound and mappings zapped. */
-	return VM_FAULT_SIGBUS;
-}
-
-static const struct vm_operations_struct tutti_vm_ops = {
-	.fault = tutti_vm_fault,
-};
-
-/* Mappings are not inherited by children and never grow. */
-void tutti_vma_init(struct vm_area_struct *vma)
-{
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
-	vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
-#else
-	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
-#endif
-	vma->vm_ops = &tutti_vm_ops;
 }
 
 static int tutti_node_add(struct tutti_ctrl *c, struct tutti_node *node,
@@ -128,6 +107,7 @@ static int tutti_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return -ENOMEM;
 	kref_init(&c->ref);
 	mutex_init(&c->lock);
+	mutex_init(&c->kill_lock);
 	mutex_init(&c->admin.lock);
 	mutex_init(&c->io.lock);
 	INIT_LIST_HEAD(&c->files);
@@ -190,19 +170,26 @@ static void tutti_remove(struct pci_dev *pdev)
 {
 	struct tutti_ctrl *c = pci_get_drvdata(pdev);
 	struct tutti_file *f;
+	LIST_HEAD(unpin);
 	LIST_HEAD(gpu);
 
-	/* No new opens; then take every process's queues and memory away. */
+	/*
+	 * No new opens; then take every process's queues and memory away.
+	 * gone first: a fault after the zap finds it and raises SIGBUS
+	 * (tutti_mmap.c), and every other path refuses.  Pinned memory is
+	 * unpinned after c->lock is dropped (it takes mmap_lock: tutti.h).
+	 */
 	tutti_nodes_remove(c);
 	mutex_lock(&c->lock);
+	WRITE_ONCE(c->gone, true);
 	list_for_each_entry(f, &c->files, node) {
 		unmap_mapping_range(f->filp->f_mapping, 0, 0, 1);
 		tutti_queues_release(f);
-		tutti_dmas_release(f);
+		tutti_dmas_take(f, &unpin, false);
 		tutti_p2p_detach_all(f, &gpu);
 	}
-	WRITE_ONCE(c->gone, true);
 	mutex_unlock(&c->lock);
+	tutti_dmas_free(c, &unpin);
 	tutti_p2p_teardown_list(&gpu);
 	tutti_hw_release(c);
 	pci_set_drvdata(pdev, NULL);

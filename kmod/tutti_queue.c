@@ -11,6 +11,7 @@
  * what makes a crashed process safe to clean up after.
  */
 #include <linux/dma-mapping.h>
+#include <linux/mm.h>
 #include <linux/slab.h>
 
 #include "tutti.h"
@@ -39,6 +40,29 @@ static int tutti_delete_hw(struct tutti_ctrl *c, u8 opcode, u16 qid)
 	return ret;
 }
 
+/*
+ * Stop @q on the controller: Delete SQ (the controller finishes or aborts
+ * every command of the queue before it answers), then Delete CQ.  Any
+ * failure (an error status, a timeout, a dead controller) disables the
+ * controller (tutti_ctrl_kill()).
+ *
+ * Return: 0 deleted; -EIO the controller had to be disabled and confirmed
+ * it stopped; -ETIMEDOUT it did not confirm it (then nothing the queue
+ * addressed may ever be freed).  Either 0 or -EIO means no DMA of the
+ * queue can happen any more.
+ */
+static int tutti_uq_stop_hw(struct tutti_ctrl *c, struct tutti_uq *q, const char *why)
+{
+	int ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
+
+	if (!ret)
+		ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
+	if (!ret)
+		return 0;
+	return tutti_ctrl_kill(c, why) ? -EIO : -ETIMEDOUT;
+}
+
+/* Free a queue the controller no longer uses (c->lock held). */
 static void tutti_uq_free(struct tutti_ctrl *c, struct tutti_uq *q)
 {
 	struct device *dev = &c->pdev->dev;
@@ -54,6 +78,41 @@ static void tutti_uq_free(struct tutti_ctrl *c, struct tutti_uq *q)
 		atomic_dec(&c->n_uqueues);
 	ida_free(&c->qids, q->qid);
 	kfree(q);
+}
+
+/*
+ * A queue that may still be alive on a controller that did not confirm it
+ * stopped: its rings, queue id and references are never given back, and
+ * nothing its file pinned is ever unpinned (f->leaked).
+ */
+static void tutti_uq_leak(struct tutti_file *f, struct tutti_uq *q)
+{
+	struct tutti_ctrl *c = f->ctrl;
+
+	mutex_lock(&f->qlock);
+	f->leaked = true;
+	mutex_unlock(&f->qlock);
+	dev_err(&c->pdev->dev,
+		"queue %u not proven stopped: its rings and the file's pinned memory are leaked\n",
+		q->qid);
+	if (q->live)
+		atomic_dec(&c->n_uqueues);
+	kfree(q);
+}
+
+/*
+ * Remove every page table entry of @q's rings from every mapping of the
+ * file (c->lock held, @q off the list): a later access faults, and the
+ * fault handler finds no queue (SIGBUS).
+ */
+static void tutti_uq_zap(struct tutti_file *f, struct tutti_uq *q)
+{
+	struct address_space *mapping = f->filp->f_mapping;
+
+	if (!q->sq_peer)
+		unmap_mapping_range(mapping, TUTTI_MMAP_SQ(q->qid), q->sq_bytes, 1);
+	if (!q->cq_peer)
+		unmap_mapping_range(mapping, TUTTI_MMAP_CQ(q->qid), q->cq_bytes, 1);
 }
 
 static int tutti_uq_place_sq(struct tutti_file *f, struct tutti_uq *q,
@@ -153,6 +212,7 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 {
 	struct tutti_ctrl *c = f->ctrl;
 	struct nvme_command cmd = { };
+	bool fenced = true;	/* nothing was handed to the controller yet */
 	struct tutti_uq *q;
 	int qid, ret;
 
@@ -187,7 +247,8 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 	cmd.create_cq.cq_flags = cpu_to_le16(NVME_QUEUE_PHYS_CONTIG);
 	ret = tutti_admin_exec(c, &cmd, NULL);
 	if (ret) {
-		ret = ret < 0 ? ret : -EIO;
+		/* Refused, or never sent: nothing to stop.  Timed out: killed. */
+		fenced = ret > 0 || ret == -ENODEV || tutti_ctrl_stopped(c);
 		goto fail;
 	}
 	memset(&cmd, 0, sizeof(cmd));
@@ -199,8 +260,12 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 	cmd.create_sq.cqid = cpu_to_le16(qid);
 	ret = tutti_admin_exec(c, &cmd, NULL);
 	if (ret) {
-		ret = ret < 0 ? ret : -EIO;
-		tutti_delete_hw(c, nvme_admin_delete_cq, qid);
+		/* The CQ exists: delete it, or stop the controller. */
+		if (ret > 0)
+			fenced = !tutti_delete_hw(c, nvme_admin_delete_cq, qid) ||
+				 tutti_ctrl_kill(c, "CQ of a failed queue creation not deleted");
+		else
+			fenced = tutti_ctrl_stopped(c);
 		goto fail;
 	}
 	/*
@@ -210,12 +275,9 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 	 */
 	mutex_lock(&f->qlock);
 	if (!tutti_p2p_ring_live(q)) {
+		fenced = tutti_uq_stop_hw(c, q, "queue on revoked GPU memory not deleted") !=
+			 -ETIMEDOUT;
 		mutex_unlock(&f->qlock);
-		ret = tutti_delete_hw(c, nvme_admin_delete_sq, qid);
-		if (!ret)
-			ret = tutti_delete_hw(c, nvme_admin_delete_cq, qid);
-		if (ret && !READ_ONCE(c->dead))
-			tutti_ctrl_kill(c, "queue on revoked GPU memory not deleted");
 		ret = -ENXIO;
 		goto fail;
 	}
@@ -234,41 +296,81 @@ int tutti_queue_create(struct tutti_file *f, struct tutti_queue_create *arg)
 	arg->sq_bus = q->sq_dma;
 	return 0;
 fail:
-	tutti_uq_free(c, q);
+	if (ret > 0)
+		ret = -EIO;
+	if (fenced)
+		tutti_uq_free(c, q);
+	else
+		tutti_uq_leak(f, q);
 	return ret;
 }
 
-static void tutti_uq_destroy(struct tutti_file *f, struct tutti_uq *q)
+/*
+ * Stop @q on the controller and free it (c->lock held).  Return: 0, -EIO
+ * or -ETIMEDOUT as tutti_uq_stop_hw().
+ */
+static int tutti_uq_destroy(struct tutti_file *f, struct tutti_uq *q)
 {
 	struct tutti_ctrl *c = f->ctrl;
-	int ret = 0;
+	int ret;
 
+	lockdep_assert_held(&c->lock);
 	mutex_lock(&f->qlock);
 	list_del(&q->node);
-	if (!q->revoked) {
-		ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
-		if (!ret)
-			ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
-	}
+	if (q->revoked)
+		ret = q->unfenced ? -ETIMEDOUT : 0;
+	else
+		ret = tutti_uq_stop_hw(c, q, "queue not deleted");
 	mutex_unlock(&f->qlock);
-	if (ret < 0 && !c->dead) {
-		/* Not sure the controller let go of the rings: keep them. */
-		dev_err(&c->pdev->dev, "queue %u not deleted (%d), memory leaked\n",
-			q->qid, ret);
-		return;
-	}
-	tutti_uq_free(c, q);
+	/* Off the list: faults after the zap find no queue (tutti_mmap.c). */
+	tutti_uq_zap(f, q);
+	if (ret == -ETIMEDOUT)
+		tutti_uq_leak(f, q);
+	else
+		tutti_uq_free(c, q);
+	return ret;
 }
 
-/** tutti_queue_delete() - delete one queue pair of @f (c->lock held). */
-int tutti_queue_delete(struct tutti_file *f, u32 qid)
+/**
+ * tutti_file_has_live_queue() - may a queue of @f still run commands?
+ * @f: file (f->qlock held)
+ *
+ * Revoked queues were stopped on the controller and do not count.
+ */
+bool tutti_file_has_live_queue(struct tutti_file *f)
+{
+	struct tutti_uq *q;
+
+	lockdep_assert_held(&f->qlock);
+	list_for_each_entry(q, &f->queues, node)
+		if (!q->revoked)
+			return true;
+	return false;
+}
+
+/**
+ * tutti_queue_delete() - delete one queue pair of @f (c->lock held)
+ * @f: owner
+ * @qid: queue id
+ * @unpin: receives memory unmapped while a queue was live, once none is
+ *         (the caller frees it with tutti_dmas_free() after dropping c->lock)
+ *
+ * The rings' mappings are zapped (a later access raises SIGBUS) before the
+ * rings are freed.  Return: 0 deleted; -EIO the controller had to be
+ * disabled and confirmed it stopped; -ETIMEDOUT it did not confirm it
+ * (what the queue's commands addressed must never be reused); -EINVAL no
+ * such queue of this file.
+ */
+int tutti_queue_delete(struct tutti_file *f, u32 qid, struct list_head *unpin)
 {
 	struct tutti_uq *q = tutti_queue_find(f, qid);
+	int ret;
 
 	if (!q)
 		return -EINVAL;
-	tutti_uq_destroy(f, q);
-	return 0;
+	ret = tutti_uq_destroy(f, q);
+	tutti_dmas_take(f, unpin, true);
+	return ret;
 }
 
 /** tutti_queues_release() - delete every queue pair of @f (c->lock held). */
@@ -288,8 +390,9 @@ void tutti_queues_release(struct tutti_file *f)
  * means the controller finished or aborted its commands, so no DMA of the
  * file's queues reaches the range after this returns.  Every queue of the
  * file is stopped, not only those with a ring there: any of them may have
- * reads or writes in flight that address it.  A delete that fails on a
- * live controller disables the controller.  The queues stay on the list
+ * reads or writes in flight that address it.  A delete that fails
+ * disables the controller and waits until it confirmed it stopped (up to
+ * CAP.TO).  The queues stay on the list
  * (their ids stay reserved) until the owner deletes them or closes the
  * file; their doorbells then reach no queue.
  */
@@ -304,12 +407,12 @@ void tutti_queues_revoke(struct tutti_file *f)
 	list_for_each_entry(q, &f->queues, node) {
 		if (q->revoked)
 			continue;
-		ret = tutti_delete_hw(c, nvme_admin_delete_sq, q->qid);
-		if (!ret)
-			ret = tutti_delete_hw(c, nvme_admin_delete_cq, q->qid);
-		if (ret && !READ_ONCE(c->dead))
-			tutti_ctrl_kill(c, "GPU memory revoked, queue not deleted");
+		ret = tutti_uq_stop_hw(c, q, "GPU memory revoked, queue not deleted");
 		q->revoked = true;
+		if (ret == -ETIMEDOUT) {
+			q->unfenced = true;
+			f->leaked = true;
+		}
 		n++;
 	}
 	mutex_unlock(&f->qlock);

@@ -11,6 +11,10 @@
 #     --tag NAME           log names: build/hil/logs/KVER/NAME.{console,results}.log (default: PHASE)
 #     --env KEY=VALUE      one more variable for the guest suite (repeatable)
 #
+# QMP requests of the guest: a results-port line "HIL-QMP <json>" (also after "# ") is sent to
+# QEMU's QMP socket by scripts/hil/qmp.py, in order, as it appears (e.g. block_set_io_throttle to
+# stall a command; {"hil":"pause","ms":N} for stop/cont); replies in <tag>.qmp.log.
+#
 # Exit status: the guest suite's rc (from "HIL-EXIT <rc>"); 124 timeout; 137 killed on purpose
 # (--kill-on); 125 QEMU ended without HIL-EXIT (panic, init failure: see the console log);
 # 126 QEMU could not start.
@@ -126,6 +130,21 @@ QEMU=(qemu-system-x86_64
 	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,addr=6
 )
+# The guest's QMP requests (see the top): a socket, and forward_qmp in the wait loop.
+QMP_SOCK=$RUND/$KVER.$TAG.qmp
+QMP_DONE=0
+rm -f "$QMP_SOCK" "$LOGD/$TAG.qmp.log"
+QEMU+=(-qmp "unix:$QMP_SOCK,server=on,wait=off")
+forward_qmp() {
+	local n line
+	n=$(grep -acE '^(# )?HIL-QMP ' "$RESULTS" 2>/dev/null) || n=0
+	while [ "$QMP_DONE" -lt "$n" ]; do
+		QMP_DONE=$((QMP_DONE + 1))
+		line=$(grep -aE '^(# )?HIL-QMP ' "$RESULTS" | sed -n "${QMP_DONE}p" | tr -d '\r')
+		scripts/hil/qmp.py "$QMP_SOCK" "${line#*HIL-QMP }" >>"$LOGD/$TAG.qmp.log" 2>&1 ||
+			log "$KVER/$TAG: QMP request failed: ${line#*HIL-QMP } (see $TAG.qmp.log)"
+	done
+}
 printf '%q ' "${QEMU[@]}" >"$LOGD/$TAG.qemu-cmd"
 echo >>"$LOGD/$TAG.qemu-cmd"
 
@@ -160,6 +179,7 @@ while kill -0 "$QEMU_PID" 2>/dev/null; do
 	else
 		sleep 0.2
 	fi
+	forward_qmp
 done
 set +e
 wait "$QEMU_PID" 2>/dev/null

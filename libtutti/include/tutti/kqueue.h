@@ -12,6 +12,11 @@
  * memory goes through a pinned bounce pool.  Metadata I/O and flushes use
  * the node's read/write/fsync, served by the module's own queue.
  *
+ * A member whose commands get no completion for TUTTI_KQ_TIMEOUT_MS (default
+ * 30000) is fenced: its queue is deleted (tt_kqp_delete()) before the
+ * commands fail with -ETIMEDOUT and their memory is released, and a new
+ * queue is made (docs/kmod.md, "The kqueue engine").
+ *
  * The functions below are what the engine uses, exported for tools and
  * tests that drive queues by hand.  All return 0 or a negative errno
  * (reason in tt_errmsg()).
@@ -153,7 +158,30 @@ int tt_kdma_unmap(int fd, uint32_t handle);
 int tt_kqp_create(int fd, uint32_t depth, int peer_fd, uint64_t peer_off,
 		  void *peer_sq, struct tt_kqp **out);
 
-/** tt_kqp_destroy() - delete the queue pair on the controller and unmap. */
+/**
+ * tt_kqp_delete() - unmap a queue pair and delete it on the controller
+ * @q: queue pair (freed; NULL is a no-op)
+ *
+ * The module's Delete SQ returns only after the controller finished or
+ * aborted every command of the queue, or after it disabled a controller
+ * that did not answer and saw it stop (docs/kmod.md, "Stopping a queue").
+ * Return: 0 deleted; -EIO the controller had to be disabled and stopped;
+ * -ENODEV the controller was unbound (and so stopped); -ETIMEDOUT the
+ * controller was disabled but did not confirm it stopped; other -errno
+ * the delete was refused.  tt_kqp_stopped() says which of these mean that
+ * no command of the queue can still move data.
+ */
+int tt_kqp_delete(struct tt_kqp *q);
+
+/**
+ * tt_kqp_stopped() - does tt_kqp_delete()'s result @ret prove the queue stopped?
+ *
+ * Return: 1 for 0, -EIO and -ENODEV; 0 otherwise: then memory the queue's
+ * commands addressed must never be reused.
+ */
+int tt_kqp_stopped(int ret);
+
+/** tt_kqp_destroy() - tt_kqp_delete(), result ignored (tests, tools). */
 void tt_kqp_destroy(struct tt_kqp *q);
 
 /**
@@ -162,7 +190,9 @@ void tt_kqp_destroy(struct tt_kqp *q);
  * @sqe: command; its cid is set here
  * @cqe: out (may be NULL)
  * @timeout_ms: give up after this long (-ETIMEDOUT)
- * Return: 0 when a completion arrived (status in @cqe), else -errno.
+ * Return: 0 when a completion arrived (status in @cqe), else -errno.  After
+ * -ETIMEDOUT the command is still live: delete the queue (tt_kqp_delete())
+ * before the memory it addresses is reused.
  */
 int tt_kqp_exec(struct tt_kqp *q, struct tt_nvme_sqe *sqe,
 		struct tt_nvme_cqe *cqe, unsigned timeout_ms);

@@ -13,105 +13,27 @@
  *
  * TUTTI_KQ_SQ_PEER=/dev/tuttiK places every member's SQ in controller K's
  * CMB (peer memory, standing in for GPU memory).
+ *
+ * A stalled command.  When a member has commands in flight and none
+ * completes for TUTTI_KQ_TIMEOUT_MS (default 30 s), its queue is deleted
+ * through the module, whose Delete SQ returns only once the controller has
+ * finished or aborted every command of the queue (or was disabled and
+ * stopped): only then are those commands failed (-ETIMEDOUT) and their
+ * requests, bounce slots and list pages released, and a new queue is made.
+ * A wait therefore never returns while a command of it can still move data
+ * into or out of memory the caller is about to free or reuse.  If the
+ * module cannot prove the queue stopped, the member is given up and what
+ * its commands addressed (bounce slots, list pages) is never reused.
  */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <fcntl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tutti/error.h"
-#include "tutti/kqueue.h"
-#include "tutti/nvme_sgl.h"
-#include "engine_impl.h"
+#include "kqueue_impl.h"
 #include "../support/util.h"
-
-#define KQ_PAGE			4096u
-#define KQ_MAX_CMD		(1u << 20)	/* per command, below MDTS */
-#define KQ_MAX_DEPTH		1024u
-#define KQ_BOUNCE_SLOTS		16u
-#define KQ_MAX_AREAS		256u
-#define KQ_TIMEOUT_MS		30000u
-#define KQ_SGL_PER_CHUNK	(KQ_PAGE / 16)
-
-struct kq_req;
-
-struct kq_cmd {
-	struct kq_req *req;
-	uint64_t req_off;	/* where in the request this command starts */
-	uint32_t len;
-	int bounce;		/* bounce slot, -1 for direct */
-	struct kq_cmd *next_free;
-};
-
-struct kq_member {
-	int fd;
-	struct tt_kinfo info;
-	struct tt_kqp *qp;
-	struct kq_cmd *cmds;
-	unsigned ncmds;
-	struct kq_cmd *free;
-	char *lists;		/* ncmds * list_pages pages */
-	uint64_t *lists_bus;
-	uint32_t lists_handle;
-	int lists_mapped;
-	struct tt_nvme_xfer_caps caps;
-	uint64_t bytes;
-	uint64_t write_floor;	/* the engine never writes below (superblocks) */
-	uint64_t *bounce_bus;
-	uint32_t bounce_handle;
-	int bounce_mapped;
-	unsigned unrung;
-	unsigned inflight;
-};
-
-struct kq_req {
-	struct tt_req r;
-	struct iovec iov[TT_ENGINE_MAX_IOV];
-	unsigned niov;
-	uint64_t issued;
-	unsigned pending;
-	int all_issued;
-	int res;
-	struct kq_req *next_free;
-};
-
-struct kq_area {
-	char *base;		/* page aligned */
-	size_t len;
-	uint64_t *bus[TT_MAX_ENGINE_MEMBERS];
-	uint32_t handle[TT_MAX_ENGINE_MEMBERS];
-};
-
-struct kq {
-	struct kq_member m[TT_MAX_ENGINE_MEMBERS];
-	struct kq_req *reqs;
-	struct kq_req *free_reqs;
-	struct kq_req *cur;
-	struct kq_area areas[KQ_MAX_AREAS];
-	unsigned n_areas;
-	char *bounce;
-	size_t bounce_bytes;
-	int bounce_free[KQ_BOUNCE_SLOTS];
-	unsigned n_bounce_free;
-	struct tt_dma_seg *segs;
-	unsigned max_segs;
-	uint32_t max_cmd;
-	unsigned list_pages;
-	int peer_fd;
-	char *peer_cmb;
-	size_t peer_len;
-};
-
-static uint64_t kq_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void *kq_alloc_pages(size_t bytes)
 {
@@ -160,6 +82,17 @@ static int kq_peer_setup(struct kq *k, unsigned n, size_t sq_bytes)
 	return 0;
 }
 
+/* Create member @i's queue pair (SQ in the peer CMB with TUTTI_KQ_SQ_PEER). */
+int tt_kq_member_queue(struct kq *k, unsigned i)
+{
+	struct kq_member *m = &k->m[i];
+	size_t off = i * k->peer_sq_bytes;
+
+	if (k->peer_fd >= 0)
+		return tt_kqp_create(m->fd, m->depth, k->peer_fd, off, k->peer_cmb + off, &m->qp);
+	return tt_kqp_create(m->fd, m->depth, -1, 0, NULL, &m->qp);
+}
+
 static int kq_member_init(struct tt_engine *e, struct kq *k, unsigned i, uint32_t depth)
 {
 	struct kq_member *m = &k->m[i];
@@ -197,13 +130,10 @@ static int kq_member_init(struct tt_engine *e, struct kq *k, unsigned i, uint32_
 	if (ret)
 		return ret;
 	m->bounce_mapped = 1;
-	if (k->peer_fd >= 0)
-		ret = tt_kqp_create(m->fd, depth, k->peer_fd, i * sq_bytes,
-				    k->peer_cmb + i * sq_bytes, &m->qp);
-	else
-		ret = tt_kqp_create(m->fd, depth, -1, 0, NULL, &m->qp);
+	m->depth = depth;
+	k->peer_sq_bytes = sq_bytes;
 	(void)e;
-	return ret;
+	return tt_kq_member_queue(k, i);
 }
 
 static void kq_fini(struct tt_engine *e);
@@ -220,6 +150,9 @@ static int kq_init(struct tt_engine *e)
 	e->priv = k;
 	k->peer_fd = -1;
 	k->max_cmd = KQ_MAX_CMD;
+	k->timeout_ms = KQ_TIMEOUT_MS;
+	if (getenv("TUTTI_KQ_TIMEOUT_MS") && atoi(getenv("TUTTI_KQ_TIMEOUT_MS")) >= 10)
+		k->timeout_ms = (uint64_t)atoi(getenv("TUTTI_KQ_TIMEOUT_MS"));
 	for (unsigned i = 0; i < e->n_members; i++) {
 		struct kq_member *m = &k->m[i];
 
@@ -284,7 +217,17 @@ static void kq_fini(struct tt_engine *e)
 		struct kq_member *m = &k->m[i];
 
 		/* Deleting the queue first: no DMA may outlive the pinning. */
-		tt_kqp_destroy(m->qp);
+		if (m->qp && !tt_kqp_stopped(tt_kqp_delete(m->qp)))
+			m->quarantined = 1;
+		m->qp = NULL;
+		if (m->quarantined) {
+			/* Not proven stopped: leave what it may address pinned and allocated. */
+			k->bounce_quarantined = 1;
+			free(m->lists_bus);
+			free(m->bounce_bus);
+			free(m->cmds);
+			continue;
+		}
 		if (m->lists_mapped)
 			tt_kdma_unmap(m->fd, m->lists_handle);
 		if (m->bounce_mapped)
@@ -305,332 +248,11 @@ static void kq_fini(struct tt_engine *e)
 		munmap(k->peer_cmb, k->peer_len);
 	if (k->peer_fd >= 0)
 		close(k->peer_fd);
-	if (k->bounce)
+	if (k->bounce && !k->bounce_quarantined)
 		munmap(k->bounce, k->bounce_bytes);
 	free(k->segs);
 	free(k->reqs);
 	free(k);
-}
-
-static void kq_ring(struct tt_engine *e)
-{
-	struct kq *k = e->priv;
-
-	for (unsigned i = 0; i < e->n_members; i++) {
-		if (k->m[i].unrung) {
-			tt_sq_ring_doorbell(&k->m[i].qp->sq);
-			k->m[i].unrung = 0;
-		}
-	}
-}
-
-/* Copy between a request's memory and a bounce slot. */
-static void kq_copy(struct kq_req *q, uint64_t off, char *bounce, uint32_t len, int to_bounce)
-{
-	for (unsigned i = 0; i < q->niov && len; i++) {
-		char *base = q->iov[i].iov_base;
-		size_t l = q->iov[i].iov_len, n;
-
-		if (off >= l) {
-			off -= l;
-			continue;
-		}
-		n = TT_MIN(l - off, (size_t)len);
-		if (to_bounce)
-			memcpy(bounce, base + off, n);
-		else
-			memcpy(base + off, bounce, n);
-		bounce += n;
-		len -= (uint32_t)n;
-		off = 0;
-	}
-}
-
-static void kq_finish_req(struct tt_engine *e, struct kq_req *q)
-{
-	struct kq *k = e->priv;
-
-	tt_req_complete(e, &q->r, q->res);
-	q->r.b->inflight--;
-	q->next_free = k->free_reqs;
-	k->free_reqs = q;
-}
-
-static int kq_reap_member(struct tt_engine *e, struct kq_member *m)
-{
-	struct kq *k = e->priv;
-	const struct tt_nvme_cqe *cqe;
-	int seen = 0;
-
-	while ((cqe = tt_cq_peek(&m->qp->cq))) {
-		uint16_t status = tt_nvme_cqe_status(cqe);
-		struct kq_cmd *c;
-		struct kq_req *q;
-
-		tt_sq_update_head(&m->qp->sq, cqe->sq_head);
-		if (cqe->cid >= m->ncmds || !m->cmds[cqe->cid].req) {
-			tt_cq_advance(&m->qp->cq);
-			continue;	/* not ours: ignore */
-		}
-		c = &m->cmds[cqe->cid];
-		q = c->req;
-		if (status && !q->res)
-			q->res = status == TT_NVME_SC_LBA_RANGE ? -ERANGE : -EIO;
-		if (c->bounce >= 0) {
-			if (!status && q->r.op == TT_OP_READ)
-				kq_copy(q, c->req_off, k->bounce + (size_t)c->bounce * k->max_cmd,
-					c->len, 0);
-			k->bounce_free[k->n_bounce_free++] = c->bounce;
-		}
-		c->req = NULL;
-		c->next_free = m->free;
-		m->free = c;
-		m->inflight--;
-		tt_cq_advance(&m->qp->cq);
-		seen++;
-		if (--q->pending == 0 && q->all_issued)
-			kq_finish_req(e, q);
-	}
-	if (seen)
-		tt_cq_ring_doorbell(&m->qp->cq);
-	return seen;
-}
-
-static int kq_reap(struct tt_engine *e, int wait)
-{
-	struct kq *k = e->priv;
-	uint64_t deadline = 0;
-	unsigned spins = 0;
-	int seen;
-
-	kq_ring(e);
-	for (;;) {
-		unsigned busy = 0;
-
-		seen = 0;
-		for (unsigned i = 0; i < e->n_members; i++) {
-			busy += k->m[i].inflight;
-			if (k->m[i].inflight)
-				seen += kq_reap_member(e, &k->m[i]);
-		}
-		if (seen || !wait || !busy)
-			return seen;
-		if (++spins > 64) {
-			if (!deadline)
-				deadline = kq_now_ms() + KQ_TIMEOUT_MS;
-			else if (kq_now_ms() > deadline)
-				return tt_seterr(-ETIMEDOUT, "kqueue: no completion for %u s",
-						 KQ_TIMEOUT_MS / 1000);
-			sched_yield();
-		}
-	}
-}
-
-/*
- * Describe [off, off + len) of the request's memory as bus segments, if
- * it all lies in registered areas.  Return: segment count, 0 if not.
- */
-static unsigned kq_segs(struct kq *k, struct kq_req *q, unsigned mi, uint64_t off,
-			uint32_t len)
-{
-	unsigned n = 0;
-
-	for (unsigned i = 0; i < q->niov && len; i++) {
-		char *p = q->iov[i].iov_base;
-		size_t l = q->iov[i].iov_len;
-		const struct kq_area *a = NULL;
-
-		if (off >= l) {
-			off -= l;
-			continue;
-		}
-		p += off;
-		l = TT_MIN(l - off, (size_t)len);
-		off = 0;
-		for (unsigned j = 0; j < k->n_areas; j++) {
-			if (p >= k->areas[j].base && p + l <= k->areas[j].base + k->areas[j].len &&
-			    k->areas[j].bus[mi]) {
-				a = &k->areas[j];
-				break;
-			}
-		}
-		if (!a)
-			return 0;
-		len -= (uint32_t)l;
-		while (l) {
-			size_t pg = (size_t)(p - a->base) / KQ_PAGE;
-			uint32_t in = (uint32_t)((size_t)(p - a->base) % KQ_PAGE);
-			uint32_t chunk = (uint32_t)TT_MIN((size_t)(KQ_PAGE - in), l);
-			uint64_t bus = a->bus[mi][pg] + in;
-
-			if (n && k->segs[n - 1].addr + k->segs[n - 1].len == bus) {
-				k->segs[n - 1].len += chunk;
-			} else {
-				if (n == k->max_segs)
-					return 0;
-				k->segs[n].addr = bus;
-				k->segs[n].len = chunk;
-				n++;
-			}
-			p += chunk;
-			l -= chunk;
-		}
-	}
-	return n;
-}
-
-static unsigned kq_bounce_segs(struct kq *k, struct kq_member *m, int slot, uint32_t len)
-{
-	size_t first = (size_t)slot * k->max_cmd / KQ_PAGE;
-	unsigned n = 0;
-
-	for (uint32_t done = 0; done < len; done += KQ_PAGE) {
-		uint64_t bus = m->bounce_bus[first + done / KQ_PAGE];
-		uint32_t chunk = TT_MIN(KQ_PAGE, len - done);
-
-		if (n && k->segs[n - 1].addr + k->segs[n - 1].len == bus) {
-			k->segs[n - 1].len += chunk;
-		} else {
-			k->segs[n].addr = bus;
-			k->segs[n].len = chunk;
-			n++;
-		}
-	}
-	return n;
-}
-
-/*
- * Issue the command for [off, off + len) of @q.  Return: 0, -EAGAIN when
- * a command slot, bounce slot or SQ entry is needed first, or a negative
- * errno that fails the request.
- */
-static int kq_issue(struct tt_engine *e, struct kq_req *q, uint64_t off, uint32_t len)
-{
-	struct kq *k = e->priv;
-	unsigned mi = q->r.member;
-	struct kq_member *m = &k->m[mi];
-	uint64_t slba = (q->r.off + off) >> m->info.lba_shift;
-	uint32_t nlb = len >> m->info.lba_shift;
-	struct tt_nvme_list list;
-	struct tt_nvme_sqe sqe;
-	struct kq_cmd *c = m->free;
-	unsigned nsegs, cid;
-	int bounce = -1, ret;
-
-	if (!c || tt_sq_space(&m->qp->sq) == 0)
-		return -EAGAIN;
-	cid = (unsigned)(c - m->cmds);
-	list.vaddr = m->lists + (size_t)cid * k->list_pages * KQ_PAGE;
-	list.bus = m->lists_bus + (size_t)cid * k->list_pages;
-	list.nchunks = k->list_pages;
-	list.chunk_bytes = KQ_PAGE;
-	if (q->r.op == TT_OP_READ)
-		ret = tt_nvme_cmd_read(&sqe, m->info.nsid, slba, nlb);
-	else
-		ret = tt_nvme_cmd_write(&sqe, m->info.nsid, slba, nlb);
-	if (ret)
-		return -EINVAL;
-	nsegs = kq_segs(k, q, mi, off, len);
-	if (!nsegs || tt_nvme_map(&sqe, m->qp->qid, k->segs, nsegs, &m->caps, &list)) {
-		if (!k->n_bounce_free)
-			return -EAGAIN;
-		bounce = k->bounce_free[--k->n_bounce_free];
-		nsegs = kq_bounce_segs(k, m, bounce, len);
-		ret = tt_nvme_map(&sqe, m->qp->qid, k->segs, nsegs, &m->caps, &list);
-		if (ret) {
-			k->bounce_free[k->n_bounce_free++] = bounce;
-			return tt_seterr(ret, "kqueue: cannot map a %u-byte command (%d)", len, ret);
-		}
-		if (q->r.op == TT_OP_WRITE)
-			kq_copy(q, off, k->bounce + (size_t)bounce * k->max_cmd, len, 1);
-	}
-	sqe.cid = (uint16_t)cid;
-	if (tt_sq_push(&m->qp->sq, &sqe) < 0) {
-		if (bounce >= 0)
-			k->bounce_free[k->n_bounce_free++] = bounce;
-		return -EAGAIN;
-	}
-	m->free = c->next_free;
-	c->req = q;
-	c->req_off = off;
-	c->len = len;
-	c->bounce = bounce;
-	m->inflight++;
-	m->unrung++;
-	q->pending++;
-	return 0;
-}
-
-/* Reject requests the device must not see; 0 if fine. */
-static int kq_check(const struct kq *k, const struct tt_req *r)
-{
-	const struct kq_member *m;
-	uint64_t mask;
-
-	if (r->member >= TT_MAX_ENGINE_MEMBERS || !k->m[r->member].qp)
-		return tt_seterr(-EINVAL, "kqueue: no member %u", r->member);
-	m = &k->m[r->member];
-	mask = (1ull << m->info.lba_shift) - 1;
-	if ((r->off & mask) || (r->bytes & mask) || !r->bytes)
-		return tt_seterr(-EINVAL, "kqueue: I/O at %llu+%llu is not block aligned",
-				 (unsigned long long)r->off, (unsigned long long)r->bytes);
-	if (r->off > m->bytes || r->bytes > m->bytes - r->off)
-		return tt_seterr(-ERANGE, "kqueue: I/O past the end of member %u", r->member);
-	if (r->op == TT_OP_WRITE && r->off < m->write_floor)
-		return tt_seterr(-EPERM, "kqueue: write into the superblock area of member %u",
-				 r->member);
-	return 0;
-}
-
-static int kq_submit(struct tt_engine *e, struct tt_batch *b)
-{
-	struct kq *k = e->priv;
-	int ret;
-
-	while (b->next < b->n || k->cur) {
-		struct kq_req *q = k->cur;
-
-		if (!q) {
-			while (!k->free_reqs) {
-				ret = kq_reap(e, 1);
-				if (ret < 0)
-					return ret;
-			}
-			q = k->free_reqs;
-			k->free_reqs = q->next_free;
-			b->next += tt_next_req(e, b, b->next, &q->r);
-			b->reqs++;
-			b->inflight++;
-			q->niov = tt_req_iov(&q->r, q->iov);
-			q->issued = 0;
-			q->pending = 0;
-			q->all_issued = 0;
-			q->res = kq_check(k, &q->r);
-			k->cur = q;
-		}
-		while (!q->res && q->issued < q->r.bytes) {
-			uint32_t len = (uint32_t)TT_MIN(q->r.bytes - q->issued, (uint64_t)k->max_cmd);
-
-			ret = kq_issue(e, q, q->issued, len);
-			if (ret == -EAGAIN) {
-				ret = kq_reap(e, 1);
-				if (ret < 0)
-					return ret;
-				continue;
-			}
-			if (ret) {
-				q->res = ret;
-				break;
-			}
-			q->issued += len;
-		}
-		k->cur = NULL;
-		q->all_issued = 1;
-		if (!q->pending)
-			kq_finish_req(e, q);
-	}
-	kq_ring(e);
-	return 0;
 }
 
 static int kq_reg(struct tt_engine *e, void *addr, size_t len)
@@ -668,8 +290,8 @@ const struct tt_engine_ops tt_kqueue_ops = {
 	.name = "kqueue",
 	.init = kq_init,
 	.fini = kq_fini,
-	.submit = kq_submit,
-	.reap = kq_reap,
+	.submit = tt_kq_submit,
+	.reap = tt_kq_reap,
 	.reg = kq_reg,
 };
 

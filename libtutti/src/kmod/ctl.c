@@ -195,19 +195,32 @@ int tt_kqp_create(int fd, uint32_t depth, int peer_fd, uint64_t peer_off,
 	return 0;
 }
 
-void tt_kqp_destroy(struct tt_kqp *q)
+int tt_kqp_delete(struct tt_kqp *q)
 {
 	struct tutti_queue_delete d = { .argsz = sizeof(d) };
+	int ret = 0;
 
 	if (!q)
-		return;
+		return 0;
 	munmap(q->cq_map, q->cq_bytes);
 	munmap(q->db_map, q->db_bytes);
 	if (q->sq_map)
 		munmap(q->sq_map, q->sq_bytes);
 	d.qid = q->qid;
-	ioctl(q->fd, TUTTI_IOC_QUEUE_DELETE, &d);
+	if (ioctl(q->fd, TUTTI_IOC_QUEUE_DELETE, &d))
+		ret = -errno;
 	free(q);
+	return ret;
+}
+
+int tt_kqp_stopped(int ret)
+{
+	return ret == 0 || ret == -EIO || ret == -ENODEV;
+}
+
+void tt_kqp_destroy(struct tt_kqp *q)
+{
+	tt_kqp_delete(q);
 }
 
 static uint64_t now_ms(void)
