@@ -316,21 +316,34 @@ static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 	return 0;
 }
 
+extern "C" void tt_emu_halt(struct tt_emu *c)
+{
+	if (!c)
+		return;
+	c->stop.store(true);
+	for (std::thread &t : c->threads)
+		if (t.joinable())
+			t.join();
+	// Copies already handed to the engines land now, then nothing moves.
+	if (c->ctx && emu_ctx_enter(c->ctx)) {
+		for (emu_worker &w : c->workers)
+			if (w.stream)
+				cudaStreamSynchronize(w.stream);
+		emu_ctx_leave();
+	}
+}
+
 extern "C" void tt_emu_close(struct tt_emu *c)
 {
 	unsigned i;
 
 	if (!c)
 		return;
-	c->stop.store(true);
-	for (std::thread &t : c->threads)
-		t.join();
+	tt_emu_halt(c);
 	if (c->ctx && emu_ctx_enter(c->ctx)) {
 		for (emu_worker &w : c->workers) {
-			if (w.stream) {
-				cudaStreamSynchronize(w.stream);	// a stop mid-batch
+			if (w.stream)
 				cudaStreamDestroy(w.stream);
-			}
 			for (emu_batch &b : w.b)
 				if (b.done)
 					cudaEventDestroy(b.done);

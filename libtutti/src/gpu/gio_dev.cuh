@@ -77,7 +77,15 @@ struct gio_kargs {
 	uint16_t *status;		/* n entries */
 	unsigned *done;			/* completions counter */
 	unsigned target;		/* *done value when the batch is complete */
+	const unsigned *stop;		/* host-mapped: nonzero = leave every wait (tt_gio_stop) */
 };
+
+/* Every spin loop also leaves when the host stops the queues (a controller
+ * that stopped answering): the kernels end, and the streams behind them go on. */
+static __device__ __forceinline__ bool gio_stopped(const struct gio_kargs &a)
+{
+	return *(const volatile unsigned *)a.stop != 0;
+}
 
 static __device__ __forceinline__ unsigned long long
 gio_ld64(const unsigned long long *p)
@@ -199,10 +207,12 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		t = base + lane;
 		slot = (uint32_t)(t % depth);
 		gen = (uint32_t)(t / depth);
-		while (gio_ld32(&q->slot_gen[slot]) != gen)
+		while (gio_ld32(&q->slot_gen[slot]) != gen && !gio_stopped(a))
 			__nanosleep(64);
-		while (t - gio_ld64(&q->sq_head) >= depth - 1)
+		while (t - gio_ld64(&q->sq_head) >= depth - 1 && !gio_stopped(a))
 			__nanosleep(64);
+	}
+	if (lane < cnt && !gio_stopped(a)) {
 		gio_iocb(a, k, &io);
 		if (gio_build_sqe(a, q, slot, &io, &sqe)) {
 			/* Fail closed: the controller answers Invalid Opcode. */
@@ -218,9 +228,16 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		tt_wmb();
 	}
 	__syncwarp();
-	if (lane == 0) {
-		while (gio_ld64(&q->published) != base)
+	/*
+	 * Stopped: ring nothing (a lane may have skipped its entry, and the
+	 * controller must not fetch a stale one); @stop never goes back to 0,
+	 * so a lane that skipped implies lane 0 sees it here.
+	 */
+	if (lane == 0 && !gio_stopped(a)) {
+		while (gio_ld64(&q->published) != base && !gio_stopped(a))
 			;
+	}
+	if (lane == 0 && !gio_stopped(a)) {
 		view.ring = q->sq;
 		view.db = q->sq_db;
 		view.depth = depth;
