@@ -25,6 +25,7 @@
 extern "C" {
 #endif
 
+/* cffi: begin */
 #define TT_SB_MAGIC		"TUTTIKV1"
 #define TT_FORMAT_VERSION	1u
 #define TT_SB_SIZE		4096u
@@ -91,6 +92,7 @@ struct tt_slot_record {
 	uint64_t rec_sum;		/* XXH3-64 of the 56 bytes above, seed slot */
 };
 
+/* cffi: end */
 #ifndef __cplusplus
 _Static_assert(sizeof(struct tt_fingerprint) == 176, "fingerprint size");
 _Static_assert(sizeof(struct tt_superblock) == TT_SB_SIZE, "superblock size");

@@ -8,14 +8,20 @@
  *   layout.h  geometry and the arithmetic address of every object
  *   engine.h  I/O engines: move batches of objects between store and memory
  *   store.h   the object store: format/open, lookup, layer-wise put/get, check
+ *
+ * What the Python bindings see of each header is between its
+ * "cffi: begin" and "cffi: end" comments (python/tutti/_cdefs.py);
+ * what the libraries export is listed in libtutti.map.
  */
 #ifndef TUTTI_TUTTI_H
 #define TUTTI_TUTTI_H
 
+/* cffi: begin */
 #define TUTTI_VERSION_MAJOR 0
 #define TUTTI_VERSION_MINOR 1
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_STRING "0.1.0"
+/* cffi: end */
 
 #include "tutti/error.h"
 #include "tutti/format.h"

@@ -249,11 +249,11 @@ int tt_txn_layer_order(struct tt_txn *t, uint32_t layer, void *stream);
 int tt_gio_path_open_emu(struct tt_store *s, const struct tt_gio_path_params *p, struct tt_gio_path **out);
 void tt_gio_path_close(struct tt_gio_path *gp);
 struct tt_emu *tt_gio_path_emu(const struct tt_gio_path *gp);
-int tt_staged_open(const struct tt_file_path_params *p, struct tt_file_path **out);
-int tt_gds_open(const struct tt_file_path_params *p, struct tt_file_path **out);
+int tt_file_path_open_staged(const struct tt_file_path_params *p, struct tt_file_path **out);
+int tt_file_path_open_gds(const struct tt_file_path_params *p, struct tt_file_path **out);
 void tt_file_path_close(struct tt_file_path *fp);
-extern struct tt_devpath_ops tt_staged_ops;   /* const in C; cffi ABI mode reads only non-const globals */
-extern struct tt_devpath_ops tt_gds_ops;
+extern struct tt_devpath_ops tt_devpath_staged;   /* const in C; cffi ABI mode reads only non-const globals */
+extern struct tt_devpath_ops tt_devpath_gds;
 extern struct tt_devpath_ops tt_devpath_host;
 
 const char *tt_errmsg(void);

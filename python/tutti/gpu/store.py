@@ -10,8 +10,8 @@ the CPU:
 
   gio      GPU threads build NVMe commands for an emulated controller serving the
            store's member files (tt_gio_path_open_emu)
-  staged   file -> pinned host chunks -> HBM (tt_staged_open), needs no emulator
-  gds      cuFile (tt_gds_open); GdsUnavailable where cuFile cannot run
+  staged   file -> pinned host chunks -> HBM (tt_file_path_open_staged), needs no emulator
+  gds      cuFile (tt_file_path_open_gds); GdsUnavailable where cuFile cannot run
   host     the C reference path over host memory (tt_devpath_host): the same
            transactions on CPU tensors, for tests on machines without a GPU
 
@@ -510,16 +510,16 @@ class GpuStore(_cstore.BlockMethods):
                 out = ffi.new("struct tt_file_path **")
                 L = lib()
                 if path == "staged":
-                    _check(L.tt_staged_open(p, out), "data path staged")
-                    ops = ffi.addressof(L, "tt_staged_ops")
+                    _check(L.tt_file_path_open_staged(p, out), "data path staged")
+                    ops = ffi.addressof(L, "tt_devpath_staged")
                 else:
-                    rc = L.tt_gds_open(p, out)
+                    rc = L.tt_file_path_open_gds(p, out)
                     if rc == -errno.ENOSYS:
                         L.tt_clearerr()
                         raise GdsUnavailable(errno.ENOSYS, "data path gds: cuFile (libcufile.so.0) is missing or "
                                                            "incomplete here; use attach('staged')")
                     _check(rc, "data path gds (cuFile driver; attach('staged') needs none)", GdsUnavailable)
-                    ops = ffi.addressof(L, "tt_gds_ops")
+                    ops = ffi.addressof(L, "tt_devpath_gds")
                 rc = L.tt_store_set_devpath(self._h, ops, out[0])
                 if rc < 0:
                     L.tt_file_path_close(out[0])
