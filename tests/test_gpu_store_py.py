@@ -295,18 +295,13 @@ def test_host_path_round_trip_corruption_and_tp_calls():
 
 
 def test_gpu_binding_covers_the_store_structs():
-    """The store's structs are in the layout check of tests/test_prefill_cpu.py."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    """The store's structs come with their fields from the headers (tutti._cdefs); tests/test_cdefs.py
+    compares every struct of the binding with the compiler's layout."""
     from tutti.gpu._ffi import ffi
-
-    try:
-        import test_prefill_cpu as t  # noqa: PLC0415
-    except ImportError as e:  # it needs pytest
-        _skip(f"tests/test_prefill_cpu.py not importable: {e}")
 
     for s in ("tt_open_params", "tt_store_info", "tt_memmap", "tt_gio_path_params", "tt_file_path_params",
               "tt_devpath_ops", "tt_engine_params", "tt_store_stats"):
-        assert s in t._STRUCTS, s
+        assert ffi.typeof(f"struct {s}").fields, s
         ffi.sizeof(f"struct {s}")
 
 
