@@ -42,8 +42,9 @@ def _memmap(ffi, n_layers, n_spans, bases, strides):
     return m, (base, stride)
 
 
-def _stream_ptr(ffi, stream):
-    """``cudaStream_t`` of ``ffi`` for None (legacy default stream), an int handle, or a torch stream."""
+def stream_ptr_of(ffi, stream):
+    """``cudaStream_t`` of ``ffi`` (a binding) for None (legacy default stream), an int handle, or a torch
+    stream (``.cuda_stream``)."""
     if stream is None:
         return ffi.NULL
     handle = getattr(stream, "cuda_stream", stream)
@@ -218,7 +219,7 @@ class DeviceTxn(_WriteOps, _Txn):
                     raise RuntimeError("no CUDA stream to order: pass one (the host path has none)")
                 stream = path.torch.cuda.current_stream()
             ffi = store._owned.binding.ffi
-            self._call("tt_txn_layer_order", layer, _stream_ptr(ffi, stream), what=f"order layer {layer}")
+            self._call("tt_txn_layer_order", layer, stream_ptr_of(ffi, stream), what=f"order layer {layer}")
 
     def transfer(self, *, ready="current") -> list:
         """Every layer not yet submitted, then wait for all and finish(): the per-block status."""

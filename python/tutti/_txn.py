@@ -146,7 +146,10 @@ class Txn(_Txn):
         ``memmap`` is a PagedBuffer (block ids are checked against it; it must stay open until the
         transaction ends) or a raw ``struct tt_memmap *`` of this store's library (the caller vouches).
         """
-        from .memory import PagedBuffer  # noqa: PLC0415 - memory.py needs the extension
+        try:
+            from .memory import PagedBuffer  # noqa: PLC0415 - memory.py needs the extension
+        except ImportError:  # a GPU machine without it: no PagedBuffer either
+            PagedBuffer = ()  # noqa: N806
 
         h = self._handle()
         block_ids = list(block_ids)
