@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Engine dispatch and the request logic every engine shares. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
@@ -75,7 +76,8 @@ static int init_engine(struct tt_engine *e, const struct tt_engine_ops *ops)
 static int init_auto(struct tt_engine *e, const int *fds, unsigned n)
 {
 	const struct tt_engine_ops *ops;
-	int want = TT_ENGINE_GENERIC, ret = -ENODEV;
+	int want = TT_ENGINE_GENERIC, ret = 0;
+	bool tried = false;
 
 	for (unsigned i = 0; (ops = nth_engine(i)); i++)
 		if (ops->probe && ops->probe(fds, n) == TT_ENGINE_NATIVE)
@@ -83,11 +85,12 @@ static int init_auto(struct tt_engine *e, const int *fds, unsigned n)
 	for (unsigned i = 0; (ops = nth_engine(i)); i++) {
 		if (!ops->probe || ops->probe(fds, n) != want)
 			continue;
+		tried = true;
 		ret = init_engine(e, ops);
 		if (!ret)
 			return 0;
 	}
-	return ret == -ENODEV ? tt_seterr(ret, "engine: none serves these members") : ret;
+	return tried ? ret : tt_seterr(-ENODEV, "engine: none serves these members");
 }
 
 int tt_engine_open(const char *name, const int *fds, unsigned n,
