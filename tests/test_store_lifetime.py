@@ -8,7 +8,10 @@ import pytest
 
 from tutti import PagedBuffer, Store, TuttiError
 
-from conftest import TINY
+
+def _host_kv(torch, g, fill, n_blocks=4):
+    """A paged KV cache of ``n_blocks`` blocks in host memory, shaped for geometry ``g``."""
+    return fill((g.n_layers, g.n_spans, n_blocks, g.span_bytes // 2), dtype=torch.float16)
 
 
 @pytest.fixture(params=["cpu", "gpu"])
@@ -43,7 +46,7 @@ def test_a_dropped_store_with_a_data_path_and_a_transaction_releases_them(make_s
 
     paths = make_store(n_slots=8)
     s = GpuStore.open(paths).attach("host")
-    kv = DeviceKV.from_tensor(torch.zeros((TINY.n_layers, 2, 4, 16, 2, 64), dtype=torch.float16))
+    kv = DeviceKV.from_tensor(_host_kv(torch, s.geometry, torch.zeros))
     t = s.write(["k"], kv, [1])
     t.layer(0)
     del s, t
@@ -152,7 +155,7 @@ def test_every_method_of_a_finished_device_transaction_raises(make_store, gpu_li
 
     paths = make_store(n_slots=4)
     with GpuStore.open(paths).attach("host") as s:
-        kv = DeviceKV.from_tensor(torch.ones((TINY.n_layers, 2, 4, 16, 2, 64), dtype=torch.float16))
+        kv = DeviceKV.from_tensor(_host_kv(torch, s.geometry, torch.ones))
         t = s.write(["k"], kv, [2])
         assert t.transfer() == [0]
         for call in (lambda: t.layer(0), lambda: t.order(0, 0), lambda: t.wait_layer(0), lambda: t.finish(),
