@@ -5,10 +5,14 @@ VENV ?= .venv
 BUILD ?= build
 CC ?= gcc
 NVCC ?= nvcc
-CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -Ilibtutti/include
+# -fvisibility=hidden: only what the public headers declare is exported (they say so with
+# "#pragma GCC visibility push(default)"); libtutti/libtutti.map lists it for the linker.
+CFLAGS_COMMON := -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden -D_GNU_SOURCE \
+	-Ilibtutti/include
 # CFLAGS_EXTRA: appended to every C compile and link (ctest-asan sets the sanitizers).
 CFLAGS_EXTRA ?=
 CFLAGS_COMMON += $(CFLAGS_EXTRA)
+LIB_MAP := libtutti/libtutti.map
 LIBS := -luring -lxxhash -lpthread
 # DEPS_ROOT: a folder with liburing/xxhash headers and static libraries
 # unpacked from .debs, for machines where they cannot be installed (the H200:
@@ -18,7 +22,8 @@ ifneq ($(DEPS_ROOT),)
 CFLAGS_COMMON += -I$(DEPS_ROOT)/usr/include
 LDFLAGS += -L$(DEPS_ROOT)/usr/lib/x86_64-linux-gnu -Xlinker -rpath=$(abspath $(DEPS_ROOT))/usr/lib/x86_64-linux-gnu
 endif
-NVFLAGS := -std=c++17 -arch=sm_90 -O2 -Xcompiler -fPIC -Ilibtutti/include -Xcompiler -Wall,-Werror -Werror all-warnings
+NVFLAGS := -std=c++17 -arch=sm_90 -O2 -Xcompiler -fPIC,-fvisibility=hidden -Ilibtutti/include \
+	-Xcompiler -Wall,-Werror -Werror all-warnings
 GPU_SRCS := $(sort $(wildcard libtutti/src/gpu/*.cu))
 GPU_OBJS := $(GPU_SRCS:%.cu=$(BUILD)/%.o)
 
@@ -68,9 +73,9 @@ $(BUILD)/%.o: %.cu $(wildcard libtutti/include/tutti/*.h) $(wildcard libtutti/sr
 
 # The whole library (store + GPU data paths) as one shared object, loaded by
 # tutti.gpu (cffi ABI mode) next to PyTorch.
-$(BUILD)/libtutti_gpu.so: $(GPU_OBJS) $(LIB_OBJS)
+$(BUILD)/libtutti_gpu.so: $(GPU_OBJS) $(LIB_OBJS) $(LIB_MAP)
 	$(NVCC) -shared -arch=sm_90 -cudart shared -o $@ $(GPU_OBJS) $(LIB_OBJS) \
-	  $(LDFLAGS) $(LIBS) -ldl
+	  -Xlinker --version-script=$(LIB_MAP) $(LDFLAGS) $(LIBS) -ldl
 
 gpu-lib: $(BUILD)/libtutti_gpu.so
 

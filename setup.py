@@ -2,7 +2,9 @@
 GPU library.
 
 The version comes from libtutti's header so the C library and the Python
-package can never disagree.  ``TUTTI_GPU=1 pip install .`` also builds
+package can never disagree; the public headers are installed in the package
+(tutti/_include), where tutti.gpu reads the declarations of its ABI-mode
+binding.  ``TUTTI_GPU=1 pip install .`` also builds
 libtutti_gpu.so (the store + GPU data paths, loaded by tutti.gpu in cffi ABI
 mode) with the Makefile and installs it inside the package, where tutti.gpu
 finds it; it needs nvcc.  Off by default: most installs (and CI's venvs) do
@@ -35,10 +37,15 @@ def _want_gpu():
 
 
 class BuildPyWithGpu(build_py):
-    """build_py, plus libtutti_gpu.so into tutti/gpu/ when TUTTI_GPU=1."""
+    """build_py, plus libtutti's public headers into tutti/_include/ (tutti.gpu reads its cdef from them at
+    import: tutti/_cdefs.py), plus libtutti_gpu.so into tutti/gpu/ when TUTTI_GPU=1."""
 
     def run(self):
         super().run()
+        include = Path(self.build_lib) / "tutti" / "_include" / "tutti"
+        include.mkdir(parents=True, exist_ok=True)
+        for h in sorted((HERE / "libtutti" / "include" / "tutti").glob("*.h")):
+            shutil.copy2(h, include / h.name)
         if not _want_gpu():
             return
         nvcc = os.environ.get("NVCC", "nvcc")

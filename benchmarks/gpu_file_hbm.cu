@@ -435,9 +435,9 @@ int main(int argc, char **argv)
 		int tuned;
 	};
 	std::vector<variant> vs = {
-		{ "staged", tt_staged_open, &tt_staged_ops, threads, o.chunk, 0, 0 },
-		{ "mapped", tt_staged_open, &tt_staged_ops, threads, o.chunk, 0, 0 },
-		{ "gds", tt_gds_open, &tt_gds_ops, threads, o.chunk, 0, 0 },
+		{ "staged", tt_file_path_open_staged, &tt_devpath_staged, threads, o.chunk, 0, 0 },
+		{ "mapped", tt_file_path_open_staged, &tt_devpath_staged, threads, o.chunk, 0, 0 },
+		{ "gds", tt_file_path_open_gds, &tt_devpath_gds, threads, o.chunk, 0, 0 },
 	};
 	for (size_t a = 0; !o.variants.empty() && a != std::string::npos;) {
 		size_t b = o.variants.find(',', a);
@@ -447,11 +447,12 @@ int main(int argc, char **argv)
 		uint32_t ch = 0;
 
 		std::sscanf(v.c_str() + m, "%u:%u:%u", &th, &ch, &dep);
-		vs.push_back({ m ? "mapped" : "staged", tt_staged_open, &tt_staged_ops, th, ch, dep, 1 });
+		vs.push_back({ m ? "mapped" : "staged", tt_file_path_open_staged, &tt_devpath_staged,
+			       th, ch, dep, 1 });
 		a = b == std::string::npos ? b : b + 1;
 	}
 	for (const variant &dp : vs) {
-		bool staged = dp.ops == &tt_staged_ops, mapped = !std::strcmp(dp.name, "mapped");
+		bool staged = dp.ops == &tt_devpath_staged, mapped = !std::strcmp(dp.name, "mapped");
 		struct tt_file_path_params pp = {};
 		struct tt_file_path_stats ps;
 		struct tt_file_path *fpth;
@@ -477,7 +478,7 @@ int main(int argc, char **argv)
 			// Pin the file now: its cost, once, apart from the reads.
 			double t0 = now();
 
-			ret = tt_staged_map_store(fpth, s);
+			ret = tt_file_path_map_store(fpth, s);
 			map_s = now() - t0;
 		}
 		if (staged) {

@@ -174,7 +174,7 @@ struct cfg {
 	const char *env;	// "NAME=value" set before the path opens
 	int expect;		// X_*: X_FS mapped iff the directory is in RAM
 	const char *why;	// X_PREAD: in the reason
-	int map_ahead;		// tt_staged_map_store() before the first transaction
+	int map_ahead;		// tt_file_path_map_store() before the first transaction
 };
 
 static void label_of(const struct cfg *c, char *b, size_t n)
@@ -191,7 +191,7 @@ static void check_mode(const struct cfg *c, struct tt_file_path *path, const cha
 	struct tt_file_path_stats st;
 	int want = c->expect;
 
-	if (c->ops != &tt_staged_ops || want == X_ANY)
+	if (c->ops != &tt_devpath_staged || want == X_ANY)
 		return;
 	tt_file_path_get_stats(path, &st, 0);
 	for (char *l = st.files, *e; *l; l = e + (*e != 0)) {
@@ -262,7 +262,7 @@ static void run(const struct cfg *c)
 		return;
 	}
 	if (c->map_ahead)
-		tap_eq(tt_staged_map_store(path, s), c->members, "[%s] map and register the "
+		tap_eq(tt_file_path_map_store(path, s), c->members, "[%s] map and register the "
 		       "members ahead (%s)", name, tt_errmsg());
 
 	// 1. GPU -> store through the path, then the CPU store API reads it.
@@ -279,7 +279,7 @@ static void run(const struct cfg *c)
 		if (!tap_eq(tt_store_write_begin(s, keys.data(), N, &t), 0, "[%s] write_begin", name))
 			goto out;
 		ret = tt_txn_bind_device(t, ids.data());
-		if (ret && c->ops == &tt_gds_ops && strstr(tt_errmsg(), "cuFileHandleRegister")) {
+		if (ret && c->ops == &tt_devpath_gds && strstr(tt_errmsg(), "cuFileHandleRegister")) {
 			/* cuFile before 1.17 without nvidia-fs refuses to register files (the
 			 * H200's 1.15 does, on ext4 and tmpfs): a property of the machine. */
 			tap_skip("[%s] cuFile cannot register the store's files here: %s", name,
@@ -323,7 +323,7 @@ static void run(const struct cfg *c)
 		}
 		tap_eq(tt_store_lookup(s, keys2.data(), N, slots.data()), N, "[%s] CPU put %u blocks",
 		       name, N);
-		if (c->ops == &tt_staged_ops) {
+		if (c->ops == &tt_devpath_staged) {
 			struct tt_file_path_stats z;
 
 			tt_file_path_get_stats(path, &z, 1);	// count this read only
@@ -427,25 +427,28 @@ out:
 	tt_file_path_close(path);
 }
 
+#define STAGED "staged", tt_file_path_open_staged, &tt_devpath_staged
+#define GDS "gds", tt_file_path_open_gds, &tt_devpath_gds
+
 static const struct cfg cfgs[] = {
 	// TMPDIR: mapped iff it is in RAM; then pread, mapping off.
-	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0, 0, TT_FILE_MAP_AUTO, nullptr,
+	{ STAGED, 1, 0, 0, 0, 0, TT_FILE_MAP_AUTO, nullptr,
 	  X_FS, "not RAM-backed", 0 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0, 0, TT_FILE_MAP_OFF, nullptr,
+	{ STAGED, 2, 4, 0, 0, 0, TT_FILE_MAP_OFF, nullptr,
 	  X_PREAD, "mapping off", 0 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2, 0, TT_FILE_MAP_OFF, nullptr,
+	{ STAGED, 2, 3, 64 << 10, 2, 0, TT_FILE_MAP_OFF, nullptr,
 	  X_PREAD, "mapping off", 0 },
 	// /dev/shm: mapped (at the first read; ahead), and the fallbacks.
-	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 0, 1, TT_FILE_MAP_AUTO, nullptr,
+	{ STAGED, 1, 0, 0, 0, 1, TT_FILE_MAP_AUTO, nullptr,
 	  X_MAPPED, nullptr, 0 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 2, 3, 64 << 10, 2, 1, TT_FILE_MAP_AUTO, nullptr,
+	{ STAGED, 2, 3, 64 << 10, 2, 1, TT_FILE_MAP_AUTO, nullptr,
 	  X_MAPPED, nullptr, 1 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 2, 4, 0, 0, 1, TT_FILE_MAP_AUTO,
+	{ STAGED, 2, 4, 0, 0, 1, TT_FILE_MAP_AUTO,
 	  "TUTTI_STAGED_MAP=off", X_PREAD, "mapping off", 0 },
-	{ "staged", tt_staged_open, &tt_staged_ops, 1, 0, 0, 3, 1, TT_FILE_MAP_AUTO,
+	{ STAGED, 1, 0, 0, 3, 1, TT_FILE_MAP_AUTO,
 	  "TUTTI_STAGED_MAP_FAULT=register", X_PREAD, "cudaHostRegister", 0 },
-	{ "gds", tt_gds_open, &tt_gds_ops, 1, 0, 0, 0, 0, 0, nullptr, X_ANY, nullptr, 0 },
-	{ "gds", tt_gds_open, &tt_gds_ops, 2, 4, 64 << 10, 3, 0, 0, nullptr, X_ANY, nullptr, 0 },
+	{ GDS, 1, 0, 0, 0, 0, 0, nullptr, X_ANY, nullptr, 0 },
+	{ GDS, 2, 4, 64 << 10, 3, 0, 0, nullptr, X_ANY, nullptr, 0 },
 };
 #define N_CFGS (sizeof(cfgs) / sizeof(cfgs[0]))
 #define DONE_MARK "case done"
@@ -463,7 +466,7 @@ static int child_case(int k)
 		run(&cfgs[k]);
 		return tap_failed ? 1 : 0;
 	}
-	gds = tt_gds_open(nullptr, &probe);
+	gds = tt_file_path_open_gds(nullptr, &probe);
 	if (gds == 0) {
 		tt_file_path_close(probe);
 		tap_diag(GDS_MARK);
@@ -609,7 +612,7 @@ int main(void)
 		double left = end - mono();
 
 		label_of(c, label, sizeof(label));
-		if (c->ops == &tt_gds_ops && !gds)
+		if (c->ops == &tt_devpath_gds && !gds)
 			continue;
 		if (left < 2) {
 			tap_ok(false, "[%s] not run: the test's %.0f s are spent", label, TEST_SECS);

@@ -7,6 +7,7 @@ anonymous mmaps, so transfers need no bounce copies and no numpy.
 """
 import mmap
 import random
+import weakref
 
 from ._tutti import ffi
 from .errors import TuttiError
@@ -16,7 +17,9 @@ class PagedBuffer:
     """``n_blocks`` KV blocks as one page-aligned area per (layer, span).
 
     Object (layer, span) of block b is at ``base[layer * n_spans + span] +
-    b * block_stride``; ``memmap`` hands that map to Txn.layer().
+    b * block_stride``; ``memmap`` hands that map to Txn.layer().  A closed
+    buffer refuses every use (ValueError), and it cannot be closed while an
+    open transaction has it (the library may still be moving its bytes).
     """
 
     def __init__(self, n_layers, n_spans, n_blocks, span_bytes, block_stride=None):
@@ -34,9 +37,42 @@ class PagedBuffer:
         self._views = [ffi.from_buffer(a, require_writable=True) for a in self._areas]
         self._base = ffi.new("uint64_t[]", [int(ffi.cast("uintptr_t", v)) for v in self._views])
         self._stride = ffi.new("uint64_t[]", [block_stride] * len(self._areas))
-        self.memmap = ffi.new("struct tt_memmap *")
-        self.memmap.n_layers, self.memmap.n_spans = n_layers, n_spans
-        self.memmap.base, self.memmap.stride = self._base, self._stride
+        self._memmap = ffi.new("struct tt_memmap *")
+        self._memmap.n_layers, self._memmap.n_spans = n_layers, n_spans
+        self._memmap.base, self._memmap.stride = self._base, self._stride
+        self._other_maps = {}  # id(ffi) -> (ffi, memmap, arrays): the same map for libtutti_gpu.so's binding
+        self._users = weakref.WeakSet()  # open transactions that moved this memory
+
+    @property
+    def closed(self) -> bool:
+        return not self._areas
+
+    def _open(self):
+        if not self._areas:
+            raise ValueError("PagedBuffer is closed")
+
+    @property
+    def memmap(self):
+        """The ``struct tt_memmap *`` of this buffer (tutti._tutti's binding)."""
+        self._open()
+        return self._memmap
+
+    def memmap_for(self, other_ffi, user=None):
+        """The memmap as a ``struct tt_memmap *`` of ``other_ffi`` (the store's binding); ``user``: the
+        transaction that will move this memory (close() refuses while it is open)."""
+        self._open()
+        if user is not None:
+            self._users.add(user)
+        if other_ffi is ffi:
+            return self._memmap
+        got = self._other_maps.get(id(other_ffi))
+        if got is None:
+            base = other_ffi.new("uint64_t[]", list(self._base))
+            stride = other_ffi.new("uint64_t[]", list(self._stride))
+            m = other_ffi.new("struct tt_memmap *")
+            m.n_layers, m.n_spans, m.base, m.stride = self.n_layers, self.n_spans, base, stride
+            got = self._other_maps[id(other_ffi)] = (other_ffi, m, (base, stride))
+        return got[1]
 
     @classmethod
     def for_geometry(cls, geometry, n_blocks, block_stride=None) -> "PagedBuffer":
@@ -49,6 +85,7 @@ class PagedBuffer:
         return self.n_layers * self.n_spans * self.span_bytes
 
     def _check(self, layer, span, block):
+        self._open()
         if not (0 <= layer < self.n_layers and 0 <= span < self.n_spans
                 and 0 <= block < self.n_blocks):
             raise IndexError(f"({layer}, {span}, {block}) outside {self.n_layers} layers x "
@@ -94,6 +131,7 @@ class PagedBuffer:
         Registration only saves page pinning, so it stops quietly at the first
         area the engine refuses (psync has none, io_uring a limited number).
         """
+        self._open()
         for n, area in enumerate(self._areas):
             try:
                 store.register_memory(area)
@@ -102,10 +140,14 @@ class PagedBuffer:
         return len(self._areas)
 
     def close(self) -> None:
-        """Unmap the areas; the buffer must not be in use by a transaction.
+        """Unmap the areas.  Idempotent; BufferError while an open transaction has the buffer.
 
         Areas registered with a store that is still open stay mapped until it closes.
         """
+        busy = [t for t in self._users if t._h is not None]
+        if busy:
+            raise BufferError(f"PagedBuffer is in use by {len(busy)} open transaction(s): finish or abort "
+                              "them before closing it")
         for view in self._views:
             ffi.release(view)
         for area in self._areas:

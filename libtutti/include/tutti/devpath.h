@@ -26,6 +26,34 @@
  *                                            GPU for layer l, not the CPU
  *   tt_txn_wait_layer() / tt_txn_finish()    as for host memory
  *
+ * Example: load @n committed slots into the paged GPU blocks @ids of @mem
+ * (device addresses), compute waiting for each layer on the GPU; the store
+ * has a data path (staged_path.h shows how). Compiled by
+ * tests/test_header_docs.py:
+ *
+ *	int load(struct tt_store *s, const int64_t *slots, const uint32_t *ids,
+ *		 unsigned n, const struct tt_memmap *mem,
+ *		 struct CUstream_st *compute, int32_t *status)
+ *	{
+ *		struct tt_txn *t;
+ *		int ret = tt_store_read_begin(s, slots, n, &t);
+ *
+ *		if (ret)
+ *			return ret;
+ *		ret = tt_txn_bind_device(t, ids);
+ *		for (uint32_t l = 0; !ret && l < mem->n_layers; l++) {
+ *			ret = tt_txn_layer(t, l, mem, NULL);
+ *			if (!ret)
+ *				ret = tt_txn_layer_order(t, l, compute);
+ *			// then launch layer l's compute on @compute
+ *		}
+ *		if (ret) {
+ *			tt_txn_abort(t);
+ *			return ret;
+ *		}
+ *		return tt_txn_finish(t, status);	// -EBADMSG: discard what used it
+ *	}
+ *
  * Checksums are the store's own (per-object XXH3-64 seeded with the object
  * index, combined per slot), computed on the GPU by tt_gpu_sum_layer()
  * (gpu_sum.h), so a slot written through a data path reads back through
@@ -42,6 +70,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 struct CUstream_st;
 
@@ -144,6 +174,8 @@ int tt_txn_layer_order(struct tt_txn *t, uint32_t layer, struct CUstream_st *str
  */
 extern const struct tt_devpath_ops tt_devpath_host;
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

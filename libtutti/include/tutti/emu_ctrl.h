@@ -33,6 +33,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 enum tt_emu_backing {
 	TT_EMU_NULL = 0,
@@ -206,6 +208,8 @@ unsigned tt_emu_n_streams(const struct tt_emu *c);
  */
 void tt_emu_dump(const struct tt_emu *c, FILE *f);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -5,15 +5,17 @@
  * The store describes a batch as an array of tt_io (one per object); an
  * engine may merge ios that are adjacent on the same member into one
  * request (scatter/gather on the memory side), submits the whole batch with
- * as few system calls as it can and writes each io's result back.  Engines:
+ * as few system calls as it can and writes each io's result back.  Engines
+ * (tests/test_header_docs.py checks this list against the library's):
  *
- *   uring   files/block devices via io_uring, O_DIRECT (default)
+ *   kqueue  tutti.ko namespace nodes: NVMe queue pairs this process drives
+ *           (kqueue.h); "auto" picks it for such members
+ *   uring   files/block devices via io_uring, O_DIRECT (the default)
  *   psync   preadv/pwritev, for kernels where io_uring is unavailable
- *   kqueue  tutti.ko queue pairs (kqueue.h)
  *   fault:X engine X with injected faults, for tests (fault.h)
  *
- * Later engines (kernel queues, GPU rings, emulated controller, GDS) keep
- * this interface.
+ * The GPU data paths (devpath.h) move device memory; engines move host
+ * memory.
  */
 #ifndef TUTTI_ENGINE_H
 #define TUTTI_ENGINE_H
@@ -24,6 +26,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 #define TT_MAX_ENGINE_MEMBERS 16u
 
@@ -74,9 +78,9 @@ struct tt_engine;
 
 /**
  * tt_engine_open() - create an engine over opened member files
- * @name: "uring", "psync", "kqueue", "auto" (uring, falling back to psync),
- *        or "fault:NAME" (NAME wrapped by the fault engine, fault.h; so is
- *        every engine while TUTTI_FAULTS is set)
+ * @name: "kqueue", "uring", "psync", "auto" (kqueue for tutti.ko nodes; else
+ *        uring, falling back to psync), or "fault:NAME" (NAME wrapped by the
+ *        fault engine, fault.h; so is every engine while TUTTI_FAULTS is set)
  * @fds: file descriptors, one per member, opened with O_DIRECT
  * @n: number of members
  * @params: tuning, or NULL for defaults
@@ -91,7 +95,7 @@ int tt_engine_open(const char *name, const int *fds, unsigned n,
 /** tt_engine_close() - wait for nothing, free everything. */
 void tt_engine_close(struct tt_engine *e);
 
-/** tt_engine_name() - the engine actually in use ("uring"/"psync"). */
+/** tt_engine_name() - the engine actually in use ("kqueue"/"uring"/"psync"). */
 const char *tt_engine_name(const struct tt_engine *e);
 
 /**
@@ -138,6 +142,8 @@ int tt_engine_flush(struct tt_engine *e);
 /** tt_engine_get_stats() - counters since open. */
 void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -13,13 +13,16 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
 
+/* cffi: begin */
 /**
  * tt_errmsg() - reason for the calling thread's last libtutti failure
  *
  * Return: a NUL-terminated string owned by libtutti, "" if none.
  */
 const char *tt_errmsg(void);
+/* cffi: end */
 
 /**
  * tt_seterr() - record a failure reason and pass the error through
@@ -31,9 +34,12 @@ const char *tt_errmsg(void);
 int tt_seterr(int err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* cffi: begin */
 /** tt_clearerr() - forget the calling thread's last failure reason. */
 void tt_clearerr(void);
+/* cffi: end */
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -50,6 +50,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 struct tt_store;
 
 enum tt_fault_kind {
@@ -125,6 +127,8 @@ struct tt_engine *tt_store_engine(struct tt_store *s);
  * Return: 0, -EOPNOTSUPP (the store's engine injects no faults) or -EINVAL.
  */
 int tt_store_set_faults(struct tt_store *s, const char *spec);
+/* cffi: end */
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

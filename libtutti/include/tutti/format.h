@@ -35,6 +35,7 @@ extern "C" {
  * either copy, is treated as a Tutti superblock: format never overwrites it
  * without TT_FORMAT_FORCE.
  */
+/* cffi: begin */
 #define TT_SB_MAGIC		"TUTTIKV1"
 #define TT_SB_MAGIC_STEM_LEN	7u	/* "TUTTIKV": a superblock of any version */
 #define TT_FORMAT_VERSION	1u
@@ -136,6 +137,7 @@ struct tt_slot_record {
 	uint64_t rec_sum;		/* XXH3-64 of the 56 bytes above, seed slot */
 };
 
+/* cffi: end */
 #ifndef __cplusplus
 _Static_assert(sizeof(struct tt_fingerprint) == 176, "fingerprint size");
 _Static_assert(sizeof(struct tt_superblock) == TT_SB_SIZE, "superblock size");

@@ -10,11 +10,25 @@
  * cuFileRead/cuFileWrite into the device chunk, which the driver does by
  * DMA with nvidia-fs, or in its compatibility mode through its own bounce
  * buffers. libcufile.so.0 is loaded at run time: nothing links against it,
- * and a machine without it gets -ENOSYS from tt_gds_open().
+ * and a machine without it gets -ENOSYS from tt_file_path_open_gds().
  *
- *   tt_gds_open(NULL, &fp);
- *   tt_store_set_devpath(store, &tt_gds_ops, fp);
- *   ... tt_file_path_close(fp);
+ * Example (compiled by tests/test_header_docs.py):
+ *
+ *	int with_gds_path(struct tt_store *s)
+ *	{
+ *		struct tt_file_path *fp;
+ *		int ret = tt_file_path_open_gds(NULL, &fp);
+ *
+ *		if (ret)	// -ENOSYS: no cuFile here, use the staged path
+ *			return ret;
+ *		ret = tt_store_set_devpath(s, &tt_devpath_gds, fp);
+ *		if (!ret) {
+ *			// transactions as in devpath.h
+ *			tt_store_set_devpath(s, NULL, NULL);
+ *		}
+ *		tt_file_path_close(fp);
+ *		return ret;
+ *	}
  */
 #ifndef TUTTI_GDS_PATH_H
 #define TUTTI_GDS_PATH_H
@@ -24,19 +38,23 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 /**
- * tt_gds_open() - start a GDS data path
+ * tt_file_path_open_gds() - start a GDS data path
  * @p: tuning (as the staged path), or NULL
- * @out: the path, the context for tt_gds_ops; close with tt_file_path_close()
+ * @out: the path, the context for tt_devpath_gds; close with tt_file_path_close()
  *
  * Return: 0, -ENOSYS (libcufile.so.0 missing or incomplete), -EIO (the
  * cuFile driver did not open; reason in tt_errmsg()), -ENOMEM, -EINVAL.
  */
-int tt_gds_open(const struct tt_file_path_params *p, struct tt_file_path **out);
+int tt_file_path_open_gds(const struct tt_file_path_params *p, struct tt_file_path **out);
 
-extern const struct tt_devpath_ops tt_gds_ops;
+extern const struct tt_devpath_ops tt_devpath_gds;
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

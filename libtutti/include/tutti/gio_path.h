@@ -20,6 +20,22 @@
  * be complete when tt_txn_layer() is called: the path's streams do not
  * wait for the caller's.
  *
+ * Example: the path over an emulated controller serving the store's own
+ * member files (compiled by tests/test_header_docs.py):
+ *
+ *	int with_gio_path(struct tt_store *s)
+ *	{
+ *		struct tt_gio_path_params p = { .n_queues = 8, .rate_gbps = 28.0 };
+ *		struct tt_gio_path *gp;
+ *		int ret = tt_gio_path_open_emu(s, &p, &gp);	// set as the data path
+ *
+ *		if (ret)
+ *			return ret;
+ *		// transactions as in devpath.h
+ *		tt_gio_path_close(gp);	// removes it from the store first
+ *		return 0;
+ *	}
+ *
  * Compiles as C11 or C++ without CUDA headers.
  */
 #ifndef TUTTI_GIO_PATH_H
@@ -33,6 +49,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 struct tt_emu;
 struct tt_gio_path;
@@ -97,6 +115,8 @@ void tt_gio_path_close(struct tt_gio_path *gp);
 /** tt_gio_path_emu() - the emulated controller (NULL if not owned). */
 struct tt_emu *tt_gio_path_emu(const struct tt_gio_path *gp);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -39,6 +39,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 struct CUstream_st; /* cudaStream_t is struct CUstream_st * */
 
@@ -303,6 +305,8 @@ void tt_gio_dump(struct tt_gio *g, FILE *f);
  */
 void tt_gio_batch_dump(const struct tt_gio_batch *b, FILE *f);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 struct CUstream_st;
 
@@ -51,6 +53,8 @@ int tt_gpu_domains_create(unsigned io_sms, struct tt_gpu_domains *d);
 /** tt_gpu_domains_destroy() - destroy the streams and green contexts. */
 void tt_gpu_domains_destroy(struct tt_gpu_domains *d);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 struct CUstream_st;
 
@@ -58,6 +60,8 @@ struct tt_gpu_sum_layer {
  */
 int tt_gpu_sum_layer(const struct tt_gpu_sum_layer *d, struct CUstream_st *stream);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

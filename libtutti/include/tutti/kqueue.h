@@ -32,6 +32,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 /* struct tt_kinfo.flags (equal to the module's TUTTI_INFO_*) */
 #define TT_KINFO_NS		(1u << 0)
@@ -78,6 +80,7 @@ struct tt_kextents {
 	uint64_t member_bytes;
 };
 
+/* cffi: end */
 /**
  * struct tt_kqp - an I/O queue pair of the calling process, mapped
  * @fd: the node it was created on (not owned)
@@ -101,6 +104,7 @@ struct tt_kqp {
 	void *db_map;
 	size_t db_bytes;
 };
+/* cffi: begin */
 
 /**
  * tt_kdev_info() - describe an open tutti node
@@ -219,6 +223,8 @@ int tt_kmod_attach(const char *bdf);
  */
 int tt_kmod_detach(const char *bdf);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,7 @@
 extern "C" {
 #endif
 
+/* cffi: begin */
 struct tt_geometry {
 	uint32_t n_layers;
 	uint32_t n_spans;	/* objects per layer per block (2: K and V) */
@@ -53,6 +54,7 @@ struct tt_extent {
 	uint64_t off;		/* byte offset on that member */
 };
 
+/* cffi: end */
 static inline TT_LAYOUT_HD uint32_t tt_objs_per_slot(const struct tt_geometry *g)
 {
 	return g->n_layers * g->n_spans;

@@ -13,6 +13,7 @@
 
 #include "hd.h"
 
+/* cffi: begin */
 /* NVM command set opcodes */
 #define TT_NVME_CMD_FLUSH 0x00
 #define TT_NVME_CMD_WRITE 0x01
@@ -69,6 +70,7 @@
 #define TT_NVME_SCT_CMD_SPECIFIC 0x1
 #define TT_NVME_SCT_MEDIA        0x2
 #define TT_NVME_SCT_PATH         0x3
+/* cffi: end */
 #define TT_NVME_SC(sct, sc) ((uint16_t)(((sct) << 8) | (sc)))
 
 #define TT_NVME_SC_SUCCESS            TT_NVME_SC(0, 0x00)
@@ -170,6 +172,7 @@ TT_STATIC_ASSERT(offsetof(struct tt_nvme_sgl_desc, type) == 15, "SGL id at byte 
 TT_STATIC_ASSERT(offsetof(struct tt_nvme_cqe, sq_head) == 8, "SQHD at byte 8");
 TT_STATIC_ASSERT(offsetof(struct tt_nvme_cqe, status) == 14, "status at byte 14");
 
+/* cffi: begin */
 /**
  * struct tt_dma_seg - one physically contiguous piece of a data buffer
  * @addr: bus address as seen by the controller
@@ -179,6 +182,7 @@ struct tt_dma_seg {
 	uint64_t addr;
 	uint32_t len;
 };
+/* cffi: end */
 
 /**
  * struct tt_nvme_list - memory for PRP lists or SGL segments
@@ -196,6 +200,7 @@ struct tt_nvme_list {
 	uint32_t chunk_bytes;
 };
 
+/* cffi: begin */
 /**
  * struct tt_nvme_xfer_caps - controller limits that shape data mapping
  * @page_size: memory page size programmed in CC.MPS, in bytes
@@ -209,6 +214,7 @@ struct tt_nvme_xfer_caps {
 	uint32_t sgls;
 	uint32_t sgl_threshold;
 };
+/* cffi: end */
 
 /**
  * tt_nvme_list_chunks() - list chunks needed for a chained list

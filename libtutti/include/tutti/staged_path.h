@@ -18,17 +18,29 @@
  * ramfs) is mapped read-only once and registered with CUDA
  * (cudaHostRegister), so a run is copied by DMA straight from the page
  * cache to the device chunk, with no pread. The mapping is made at the
- * first read transaction on the file, or ahead by tt_staged_map_store(),
+ * first read transaction on the file, or ahead by tt_file_path_map_store(),
  * and kept (its pages pinned) until tt_file_path_close(). Writes still
  * pwrite, into the same pages. Where a file cannot be mapped or registered
  * it is read with pread, and tt_file_path_get_stats() says why.
  *
- *   struct tt_staged *sp;
- *   tt_staged_open(NULL, &sp);
- *   tt_store_set_devpath(store, &tt_staged_ops, sp);
- *   ...
- *   tt_store_set_devpath(store, NULL, NULL);
- *   tt_staged_close(sp);
+ * Example (compiled by tests/test_header_docs.py):
+ *
+ *	int with_staged_path(struct tt_store *s)
+ *	{
+ *		struct tt_file_path *fp;
+ *		int ret = tt_file_path_open_staged(NULL, &fp);	// NULL: defaults
+ *
+ *		if (ret)
+ *			return ret;
+ *		ret = tt_store_set_devpath(s, &tt_devpath_staged, fp);
+ *		if (!ret) {
+ *			tt_file_path_map_store(fp, s);	// optional: pin tmpfs members now
+ *			// transactions as in devpath.h
+ *			tt_store_set_devpath(s, NULL, NULL);
+ *		}
+ *		tt_file_path_close(fp);
+ *		return ret;
+ *	}
  *
  * The device memory of a write layer must hold its final bytes when the
  * layer is submitted (the path's streams do not wait for the caller's).
@@ -43,6 +55,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 /* How the staged path reads a member file (tt_file_path_params.map). */
 enum tt_file_map {
@@ -112,17 +126,18 @@ struct tt_file_path_stats {
 struct tt_file_path;
 
 /**
- * tt_staged_open() - start a staged data path
+ * tt_file_path_open_staged() - start a staged data path
  * @p: tuning, or NULL for the defaults
- * @out: the path, the context for tt_staged_ops
+ * @out: the path, the context for tt_devpath_staged; close it with
+ *       tt_file_path_close()
  *
  * Allocates the pinned and device chunks and starts the I/O threads.
  * Return: 0, -EINVAL, -ENOMEM or -EIO (CUDA failure).
  */
-int tt_staged_open(const struct tt_file_path_params *p, struct tt_file_path **out);
+int tt_file_path_open_staged(const struct tt_file_path_params *p, struct tt_file_path **out);
 
 /**
- * tt_staged_map_store() - map and register a store's members now
+ * tt_file_path_map_store() - map and register a store's members now
  * @fp: a staged path
  * @s: the store it serves (or will)
  *
@@ -131,7 +146,7 @@ int tt_staged_open(const struct tt_file_path_params *p, struct tt_file_path **ou
  * here. Return: the number of members mapped (0 if none can be; see
  * tt_file_path_get_stats()), or -EINVAL if @fp is not a staged path.
  */
-int tt_staged_map_store(struct tt_file_path *fp, const struct tt_store *s);
+int tt_file_path_map_store(struct tt_file_path *fp, const struct tt_store *s);
 
 /**
  * tt_file_path_get_stats() - counters and per-file modes of a path
@@ -144,8 +159,10 @@ void tt_file_path_get_stats(struct tt_file_path *fp, struct tt_file_path_stats *
 /** tt_file_path_close() - stop a staged or GDS path (no transaction open). */
 void tt_file_path_close(struct tt_file_path *fp);
 
-extern const struct tt_devpath_ops tt_staged_ops;
+extern const struct tt_devpath_ops tt_devpath_staged;
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -52,6 +52,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#pragma GCC visibility push(default)	/* the exported API: libtutti.map */
+/* cffi: begin */
 
 struct tt_store;
 struct tt_txn;
@@ -421,6 +423,8 @@ int tt_store_register_memory(struct tt_store *s, void *addr, size_t len);
  */
 int tt_store_member_fds(const struct tt_store *s, int *fds, uint64_t *bytes);
 
+/* cffi: end */
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

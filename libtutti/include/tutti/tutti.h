@@ -9,14 +9,20 @@
  *   engine.h  I/O engines: move batches of objects between store and memory
  *   fault.h   a fault-injecting engine wrapping any other (for tests)
  *   store.h   the object store: format/open, lookup, layer-wise put/get, check
+ *
+ * What the Python bindings see of each header is between its
+ * "cffi: begin" and "cffi: end" comments (python/tutti/_cdefs.py);
+ * what the libraries export is listed in libtutti.map.
  */
 #ifndef TUTTI_TUTTI_H
 #define TUTTI_TUTTI_H
 
+/* cffi: begin */
 #define TUTTI_VERSION_MAJOR 0
 #define TUTTI_VERSION_MINOR 1
 #define TUTTI_VERSION_PATCH 0
 #define TUTTI_VERSION_STRING "0.1.0"
+/* cffi: end */
 
 #include "tutti/error.h"
 #include "tutti/format.h"

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Engine dispatch and the request logic every engine shares. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
@@ -8,6 +9,89 @@
 #include "tutti/error.h"
 #include "engine_impl.h"
 #include "../support/util.h"
+
+/* Engines made known at run time (a wrapper engine, a test's), after the table's. */
+static const struct tt_engine_ops *added[TT_ENGINE_MAX_ADDED];
+static unsigned n_added;
+
+int tt_engine_add(const struct tt_engine_ops *ops)
+{
+	if (!ops || !ops->name || !ops->init || !ops->fini || !ops->submit || !ops->reap)
+		return tt_seterr(-EINVAL, "engine: incomplete operations");
+	if (tt_engine_find(ops->name))
+		return tt_seterr(-EEXIST, "engine '%s' is known already", ops->name);
+	if (n_added == TT_ENGINE_MAX_ADDED)
+		return tt_seterr(-ENOSPC, "engine: more than %u added engines", TT_ENGINE_MAX_ADDED);
+	added[n_added++] = ops;
+	return 0;
+}
+
+/* The i-th known engine: the table's, then the added ones; NULL past the end. */
+static const struct tt_engine_ops *nth_engine(unsigned i)
+{
+	unsigned n_table = 0;
+
+	while (tt_engines[n_table])
+		n_table++;
+	if (i < n_table)
+		return tt_engines[i];
+	return i - n_table < n_added ? added[i - n_table] : NULL;
+}
+
+const struct tt_engine_ops *tt_engine_find(const char *name)
+{
+	const struct tt_engine_ops *ops;
+
+	for (unsigned i = 0; (ops = nth_engine(i)); i++)
+		if (!strcmp(ops->name, name))
+			return ops;
+	return NULL;
+}
+
+static int unknown_engine(const char *name)
+{
+	const struct tt_engine_ops *ops;
+	char names[128] = "";
+
+	for (unsigned i = 0; (ops = nth_engine(i)); i++) {
+		strncat(names, ops->name, sizeof(names) - strlen(names) - 1);
+		strncat(names, ", ", sizeof(names) - strlen(names) - 1);
+	}
+	return tt_seterr(-EINVAL, "unknown engine '%s' (%sauto)", name, names);
+}
+
+static int init_engine(struct tt_engine *e, const struct tt_engine_ops *ops)
+{
+	e->ops = ops;
+	e->priv = NULL;
+	return ops->init(e);
+}
+
+/*
+ * "auto": the engines the members are native to if any claims them (kqueue
+ * for tutti.ko nodes; no generic engine is tried after them), else the
+ * generic ones; in table order, the first that initialises (uring, then
+ * psync where io_uring is disabled).
+ */
+static int init_auto(struct tt_engine *e, const int *fds, unsigned n)
+{
+	const struct tt_engine_ops *ops;
+	int want = TT_ENGINE_GENERIC, ret = 0;
+	bool tried = false;
+
+	for (unsigned i = 0; (ops = nth_engine(i)); i++)
+		if (ops->probe && ops->probe(fds, n) == TT_ENGINE_NATIVE)
+			want = TT_ENGINE_NATIVE;
+	for (unsigned i = 0; (ops = nth_engine(i)); i++) {
+		if (!ops->probe || ops->probe(fds, n) != want)
+			continue;
+		tried = true;
+		ret = init_engine(e, ops);
+		if (!ret)
+			return 0;
+	}
+	return tried ? ret : tt_seterr(-ENODEV, "engine: none serves these members");
+}
 
 int tt_engine_open(const char *name, const int *fds, unsigned n,
 		   const struct tt_engine_params *params, struct tt_engine **out)
@@ -20,13 +104,19 @@ int tt_engine_open(const char *name, const int *fds, unsigned n,
 int tt_engine_open_plain(const char *name, const int *fds, unsigned n,
 			 const struct tt_engine_params *params, struct tt_engine **out)
 {
-	struct tt_engine *e;
+	const struct tt_engine_ops *ops = NULL;
 	int auto_pick = !name || !*name || !strcmp(name, "auto");
+	struct tt_engine *e;
 	int ret;
 
 	if (!n || n > TT_MAX_ENGINE_MEMBERS)
 		return tt_seterr(-EINVAL, "engine: %u members (1..%u supported)", n,
 				 TT_MAX_ENGINE_MEMBERS);
+	if (!auto_pick) {
+		ops = tt_engine_find(name);
+		if (!ops)
+			return unknown_engine(name);
+	}
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return tt_seterr(-ENOMEM, "engine: out of memory");
@@ -43,23 +133,7 @@ int tt_engine_open_plain(const char *name, const int *fds, unsigned n,
 	if (e->p.queue_depth > 32768)
 		e->p.queue_depth = 32768;
 
-	if (!strcmp(name ? name : "", "kqueue") || (auto_pick && tt_kdev_is_ns(fds[0]))) {
-		e->ops = &tt_kqueue_ops;	/* tutti.ko namespace nodes */
-		ret = e->ops->init(e);
-		goto done;
-	} else if (auto_pick || !strcmp(name, "uring")) {
-		e->ops = &tt_uring_ops;
-		ret = e->ops->init(e);
-		if (ret == 0 || !auto_pick)
-			goto done;
-		/* io_uring disabled (sysctl, seccomp, old kernel): keep working. */
-	} else if (strcmp(name, "psync")) {
-		free(e);
-		return tt_seterr(-EINVAL, "unknown engine '%s' (uring, psync, kqueue, auto)", name);
-	}
-	e->ops = &tt_psync_ops;
-	ret = e->ops->init(e);
-done:
+	ret = auto_pick ? init_auto(e, fds, n) : init_engine(e, ops);
 	if (ret) {
 		free(e);
 		return ret;

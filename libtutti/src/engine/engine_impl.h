@@ -15,8 +15,21 @@
 
 struct tt_engine;
 
+/* tt_engine_ops.probe results */
+#define TT_ENGINE_GENERIC	1	/* can serve any file or block device */
+#define TT_ENGINE_NATIVE	2	/* the members are made for this engine */
+
+/*
+ * An engine. It knows no other engine: "auto" picks one by asking each
+ * engine of the table (engines.c) and those added by tt_engine_add().
+ */
 struct tt_engine_ops {
 	const char *name;
+	/*
+	 * Whether "auto" may pick this engine for the members @fds: a
+	 * TT_ENGINE_* value, or 0 (not these). NULL: chosen by name only.
+	 */
+	int (*probe)(const int *fds, unsigned n);
 	int (*init)(struct tt_engine *e);
 	void (*fini)(struct tt_engine *e);
 	/* Hand every io of @b to the device; may reap to make room. */
@@ -79,9 +92,22 @@ int tt_fault_wanted(const char *name);
 int tt_fault_engine_open(const char *name, const int *fds, unsigned n,
 			 const struct tt_engine_params *params, struct tt_engine **out);
 
-extern const struct tt_engine_ops tt_uring_ops;
-extern const struct tt_engine_ops tt_psync_ops;
-extern const struct tt_engine_ops tt_kqueue_ops;	/* kqueue.c; tt_kdev_is_ns() there */
-int tt_kdev_is_ns(int fd);
+/* engines.c: the built-in engines, in the order "auto" tries them; NULL-terminated. */
+extern const struct tt_engine_ops *const tt_engines[];
+
+#define TT_ENGINE_MAX_ADDED	8u
+
+/**
+ * tt_engine_add() - make one more engine known by name (and to "auto", if it
+ * has a probe), after the built-in ones: a wrapper engine, a test's engine
+ * @ops: its operations; must outlive every engine opened with it
+ *
+ * Not thread-safe: call it before opening stores. Return: 0, -EINVAL
+ * (incomplete @ops), -EEXIST (name taken) or -ENOSPC.
+ */
+int tt_engine_add(const struct tt_engine_ops *ops);
+
+/** tt_engine_find() - the known engine called @name, or NULL. */
+const struct tt_engine_ops *tt_engine_find(const char *name);
 
 #endif

@@ -286,19 +286,21 @@ static int kq_reg(struct tt_engine *e, void *addr, size_t len)
 	return 0;
 }
 
+/* Members that are tutti.ko namespace nodes are this engine's alone ("auto"). */
+static int kq_probe(const int *fds, unsigned n)
+{
+	uint64_t bytes;
+
+	(void)n;
+	return tt_kdev_size(fds[0], &bytes) == 0 ? TT_ENGINE_NATIVE : 0;
+}
+
 const struct tt_engine_ops tt_kqueue_ops = {
 	.name = "kqueue",
+	.probe = kq_probe,
 	.init = kq_init,
 	.fini = kq_fini,
 	.submit = tt_kq_submit,
 	.reap = tt_kq_reap,
 	.reg = kq_reg,
 };
-
-/* Is @fd a tutti.ko namespace node?  (engine "auto" picks kqueue for it) */
-int tt_kdev_is_ns(int fd)
-{
-	uint64_t bytes;
-
-	return tt_kdev_size(fd, &bytes) == 0;
-}

@@ -35,8 +35,16 @@ static int psync_reap(struct tt_engine *e, int wait)
 	return 0;
 }
 
+static int psync_probe(const int *fds, unsigned n)
+{
+	(void)fds;
+	(void)n;
+	return TT_ENGINE_GENERIC;
+}
+
 const struct tt_engine_ops tt_psync_ops = {
 	.name = "psync",
+	.probe = psync_probe,
 	.init = psync_init,
 	.fini = psync_fini,
 	.submit = psync_submit,

@@ -214,8 +214,16 @@ static int uring_reg(struct tt_engine *e, void *addr, size_t len)
 	return 0;
 }
 
+static int uring_probe(const int *fds, unsigned n)
+{
+	(void)fds;
+	(void)n;
+	return TT_ENGINE_GENERIC;	/* init says whether io_uring is usable */
+}
+
 const struct tt_engine_ops tt_uring_ops = {
 	.name = "uring",
+	.probe = uring_probe,
 	.init = uring_init,
 	.fini = uring_fini,
 	.submit = uring_submit,

@@ -187,7 +187,7 @@ static const struct fp_backend gds_backend = {
 	.put = gds_put,
 };
 
-int tt_gds_open(const struct tt_file_path_params *p, struct tt_file_path **out)
+int tt_file_path_open_gds(const struct tt_file_path_params *p, struct tt_file_path **out)
 {
 	std::call_once(cf_once, cf_load);
 	if (cf_state < 0)
@@ -195,7 +195,7 @@ int tt_gds_open(const struct tt_file_path_params *p, struct tt_file_path **out)
 	return fp_open(p, &gds_backend, nullptr, out);
 }
 
-const struct tt_devpath_ops tt_gds_ops = {
+const struct tt_devpath_ops tt_devpath_gds = {
 	.name = "gds",
 	.begin = fp_begin,
 	.layer = fp_layer,

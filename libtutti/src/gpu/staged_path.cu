@@ -407,18 +407,18 @@ static const struct fp_backend staged_backend = {
 	.stats = staged_stats,
 };
 
-int tt_staged_open(const struct tt_file_path_params *p, struct tt_file_path **out)
+int tt_file_path_open_staged(const struct tt_file_path_params *p, struct tt_file_path **out)
 {
 	return fp_open(p, &staged_backend, nullptr, out);
 }
 
-int tt_staged_map_store(struct tt_file_path *fp, const struct tt_store *s)
+int tt_file_path_map_store(struct tt_file_path *fp, const struct tt_store *s)
 {
 	struct st_priv *pv;
 	int fds[TT_MAX_MEMBERS], n, mapped = 0;
 
 	if (!fp || fp->be != &staged_backend || !fp->priv)
-		return tt_seterr(-EINVAL, "tt_staged_map_store: not a staged path");
+		return tt_seterr(-EINVAL, "tt_file_path_map_store: not a staged path");
 	pv = (struct st_priv *)fp->priv;
 	n = tt_store_member_fds(s, fds, nullptr);
 	std::lock_guard<std::mutex> lk(pv->mu);
@@ -430,7 +430,7 @@ int tt_staged_map_store(struct tt_file_path *fp, const struct tt_store *s)
 	return mapped;
 }
 
-const struct tt_devpath_ops tt_staged_ops = {
+const struct tt_devpath_ops tt_devpath_staged = {
 	.name = "staged",
 	.begin = fp_begin,
 	.layer = fp_layer,

@@ -1,6 +1,8 @@
 """The emulated NVMe controller (emu_ctrl.h): host threads serving GPU-built commands."""
 from __future__ import annotations
 
+import weakref
+
 from ._ffi import (TT_EMU_FILE, TT_EMU_HOSTMEM, TT_EMU_MAX_NS, TT_EMU_NULL, TT_NVME_SGLS_BYTE_ALIGNED, check,
                    ffi, lib)
 
@@ -34,6 +36,8 @@ class EmulatedController:
         check(lib().tt_emu_check_hw_queues(), "tt_emu_open", errmsg=True)
         check(lib().tt_emu_open(p, out), "tt_emu_open")
         self._c = out[0]
+        # Dropped without close(): the threads stop and the memory is freed all the same.
+        self._finalizer = weakref.finalize(self, lib().tt_emu_close, self._c)
 
     @property
     def handle(self):
@@ -62,10 +66,10 @@ class EmulatedController:
         return {k: int(getattr(st, k)) for k in ("cmds", "errors", "bytes", "sq_wraps", "cq_wraps", "doorbells")}
 
     def close(self) -> None:
-        """Stop the threads and free the memory (every queue must be idle)."""
+        """Stop the threads and free the memory (every queue must be idle).  Idempotent."""
         if self._c is not None:
-            lib().tt_emu_close(self._c)
             self._c = None
+            self._finalizer()
 
     def __enter__(self):
         return self

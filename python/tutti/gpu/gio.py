@@ -1,6 +1,8 @@
 """GPU-driven NVMe queues (gio_uring.h): the GPU builds, submits and reaps the commands of a layer."""
 from __future__ import annotations
 
+import weakref
+
 from ..model import Geometry
 from ._ffi import TT_NVME_CMD_READ, TT_NVME_CMD_WRITE, check, ffi, lib
 from .layout import c_geometry
@@ -22,6 +24,13 @@ class GioBatch:
         check(lib().tt_gio_batch_create(gio.handle, max_cmds, out), "tt_gio_batch_create")
         self._b, self.gio, self.max_cmds = out[0], gio, max_cmds
         self._keep = ()  # device arrays the prepared descriptor points at
+        self._finalizer = weakref.finalize(self, lib().tt_gio_batch_destroy, self._b)
+
+    @property
+    def handle(self):
+        if self._b is None:
+            raise ValueError("gio batch is closed")
+        return self._b
 
     def prep_layer(self, geo: Geometry, layer: int, slots, block_ids, *, base: int, block_stride: int,
                    span_stride: int, op: str = "read", nsid_base: int = 1) -> int:
@@ -46,31 +55,33 @@ class GioBatch:
         d.block_ids = ffi.cast("const uint32_t *", device_ptr(block_ids))
         d.base, d.block_stride, d.span_stride = base, block_stride, span_stride
         d.nsid_base, d.op = nsid_base, OPS[op]
-        check(lib().tt_gio_prep_layer(self._b, d), f"tt_gio_prep_layer(layer {layer}, {n} blocks)")
+        check(lib().tt_gio_prep_layer(self.handle, d), f"tt_gio_prep_layer(layer {layer}, {n} blocks)")
         self._keep = (slots, block_ids)
         return self.size
 
     @property
     def size(self) -> int:
-        return int(lib().tt_gio_batch_size(self._b))
+        return int(lib().tt_gio_batch_size(self.handle))
 
     def result(self) -> tuple[int, list[int]]:
         """(failed commands, NVMe status of each command); synchronises with the batch."""
         n_err = ffi.new("uint32_t *")
         status = ffi.new("uint16_t[]", max(self.size, 1))
-        lib().tt_gio_batch_result(self._b, n_err, status)
+        lib().tt_gio_batch_result(self.handle, n_err, status)
         return int(n_err[0]), list(status)[: self.size]
 
     def errors(self) -> int:
         """Failed commands of the last completed use (synchronises)."""
         n_err = ffi.new("uint32_t *")
-        lib().tt_gio_batch_result(self._b, n_err, ffi.NULL)
+        lib().tt_gio_batch_result(self.handle, n_err, ffi.NULL)
         return int(n_err[0])
 
     def close(self) -> None:
+        """Free the batch (not in flight).  Idempotent."""
         if self._b is not None:
-            lib().tt_gio_batch_destroy(self._b)
             self._b = None
+            self._keep = ()
+            self._finalizer()
 
 
 class Gio:
@@ -82,7 +93,8 @@ class Gio:
         p.lba_shift, p.warps_per_queue = ctrl.lba_shift, warps_per_queue
         out = ffi.new("struct tt_gio **")
         check(lib().tt_gio_open(p, out), "tt_gio_open")
-        self._g, self.ctrl = out[0], ctrl
+        self._g, self.ctrl = out[0], ctrl  # the controller outlives this handle
+        self._finalizer = weakref.finalize(self, lib().tt_gio_close, self._g)
 
     @property
     def handle(self):
@@ -95,20 +107,20 @@ class Gio:
 
     def submit_wait(self, batch: GioBatch, stream=None) -> None:
         """Enqueue one kernel on ``stream`` that submits every command of ``batch`` and reaps them."""
-        check(lib().tt_gio_submit_wait(self.handle, batch._b, stream_ptr(stream)), "tt_gio_submit_wait")
+        check(lib().tt_gio_submit_wait(self.handle, batch.handle, stream_ptr(stream)), "tt_gio_submit_wait")
 
     def issue(self, batch: GioBatch, stream=None) -> None:
         """Submit only; pair with wait_cqe() on another stream when the batch exceeds the rings."""
-        check(lib().tt_gio_issue(self.handle, batch._b, stream_ptr(stream)), "tt_gio_issue")
+        check(lib().tt_gio_issue(self.handle, batch.handle, stream_ptr(stream)), "tt_gio_issue")
 
     def wait_cqe(self, batch: GioBatch, stream=None) -> None:
-        check(lib().tt_gio_wait_cqe(self.handle, batch._b, stream_ptr(stream)), "tt_gio_wait_cqe")
+        check(lib().tt_gio_wait_cqe(self.handle, batch.handle, stream_ptr(stream)), "tt_gio_wait_cqe")
 
     def close(self) -> None:
-        """Free the GPU-side state (queues idle: synchronise the streams first)."""
+        """Free the GPU-side state (queues idle: synchronise the streams first).  Idempotent."""
         if self._g is not None:
-            lib().tt_gio_close(self._g)
             self._g = None
+            self._finalizer()
 
     def __enter__(self):
         return self

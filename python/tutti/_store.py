@@ -1,0 +1,643 @@
+"""The Tutti object store: one Python class over libtutti's tt_store_* API, whichever library serves it.
+
+A store keeps KV blocks on 1..16 files or block devices.  Keys are hashed to 16 bytes (XXH3-128) exactly as
+the C library does, so every process that names a block the same way finds the same slot.
+
+``Store`` is bound to one libtutti (``_binding``: the compiled extension for ``tutti.Store``, libtutti_gpu.so
+for ``tutti.gpu.GpuStore``) and moves blocks through pluggable data paths:
+
+  host memory     ``read(slots)`` / ``write(keys)``: a Txn, one ``layer(l, memmap, block_ids)`` per layer,
+                  through the store's CPU engine (uring, psync, kqueue); whole blocks with put/get/readinto
+  device memory   ``attach(path)`` then ``read(slots, kv, block_ids)`` / ``write(keys, kv, block_ids)``:
+                  a DeviceTxn through the data path ("host": the C reference path over host memory, in both
+                  libraries; "gio", "staged", "gds": GPU memory, libtutti_gpu.so only); tutti._devpath
+
+Ownership: what a store owns in C (the handle, its open transactions, its data path) is held by an
+``_Owned`` that the Store's finalizer closes, so a Store dropped without close() still releases its members'
+locks; a transaction dropped unfinished is aborted at the store's next call (tutti/_txn.py).  Every method of
+a closed store or finished transaction raises ValueError.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid as _uuid
+import weakref
+
+from . import _binding
+from ._txn import ReadTxn, Txn, WriteTxn
+from .model import Fingerprint, Geometry
+
+# ---------------------------------------------------------------- conversions (one C struct set, both bindings)
+
+
+def _key_source(ffi, key):
+    """``key`` (str as UTF-8, or bytes-like) as a C buffer; TypeError otherwise."""
+    if isinstance(key, str):
+        key = key.encode()
+    try:
+        return ffi.from_buffer(key)
+    except TypeError:
+        raise TypeError(f"key must be str or bytes-like, not {type(key).__name__}") from None
+
+
+def key_from_bytes(binding, key) -> bytes:
+    """The 16-byte store key of ``key`` through ``binding``'s library (every key is hashed, a 16-byte one too,
+    so one name always maps to one key)."""
+    ffi, lib = binding.ffi, binding.lib
+    data = _key_source(ffi, key)
+    out = ffi.new("uint8_t[]", lib.TT_KEY_BYTES)
+    lib.tt_key_from_bytes(data, len(data), out)
+    return bytes(ffi.buffer(out))
+
+
+def _keys_array(binding, keys):
+    """Hash ``keys`` into one C array of back-to-back keys: (array, count)."""
+    ffi, lib = binding.ffi, binding.lib
+    K = lib.TT_KEY_BYTES
+    keys = list(keys)
+    arr = ffi.new("uint8_t[]", max(len(keys), 1) * K)
+    for i, key in enumerate(keys):
+        data = _key_source(ffi, key)
+        lib.tt_key_from_bytes(data, len(data), arr + i * K)
+    return arr, len(keys)
+
+
+def _member_paths(ffi, paths):
+    """Member paths as str (a single path is a one-member store), as a C array, and the strings it borrows."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    paths = [os.fsdecode(p) for p in paths]
+    if not paths:
+        raise ValueError("a store needs at least one member path")
+    keep = [ffi.new("char[]", os.fsencode(p)) for p in paths]
+    return paths, ffi.new("const char *[]", keep), keep
+
+
+def _fp_to_c(lib, fp: Fingerprint, out) -> None:
+    """Fill struct tt_fingerprint ``out`` from ``fp``; ValueError if a value does not fit its C field."""
+    try:
+        model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
+    except UnicodeEncodeError:
+        raise ValueError(f"model_id and dtype must be UTF-8 text: {fp.model_id!r}, {fp.dtype!r}") from None
+    if len(model_id) >= lib.TT_MODEL_ID_LEN:
+        raise ValueError(f"model_id longer than {lib.TT_MODEL_ID_LEN - 1} bytes: {fp.model_id[:40]!r}...")
+    if len(dtype) >= lib.TT_DTYPE_LEN:
+        raise ValueError(f"dtype longer than {lib.TT_DTYPE_LEN - 1} bytes: {fp.dtype[:40]!r}")
+    out.model_id = model_id
+    out.dtype = dtype
+    for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
+        value = getattr(fp, name)
+        try:
+            setattr(out, name, value)
+        except (OverflowError, TypeError):
+            raise ValueError(f"fingerprint {name} {value!r} does not fit libtutti's field") from None
+
+
+def _features_dict(lib, f) -> dict:
+    """Feature masks and the bits of them this libtutti does not know (docs/format.md).
+
+    Unknown compat bits are ignored; unknown ro_compat bits mean the store could only
+    be opened read-only; a store with unknown incompat bits does not open at all.
+    """
+    return {
+        "compat": f.compat, "ro_compat": f.ro_compat, "incompat": f.incompat,
+        "unknown_compat": f.compat & ~lib.TT_FEAT_COMPAT_KNOWN,
+        "unknown_ro_compat": f.ro_compat & ~lib.TT_FEAT_RO_COMPAT_KNOWN,
+    }
+
+
+def _fp_from_c(ffi, c) -> Fingerprint:
+    return Fingerprint(model_id=ffi.string(c.model_id).decode(errors="replace"),
+                       dtype=ffi.string(c.dtype).decode(errors="replace"),
+                       n_layers=c.n_layers, kv_heads=c.kv_heads, head_dim=c.head_dim,
+                       block_size=c.block_size, tp_rank=c.tp_rank, tp_size=c.tp_size)
+
+
+def _geometry(g) -> Geometry:
+    return Geometry(n_layers=g.n_layers, n_spans=g.n_spans, span_bytes=g.span_bytes,
+                    obj_stride=g.obj_stride, n_members=g.n_members, stripe_objs=g.stripe_objs,
+                    n_slots=g.n_slots, data_off=g.data_off)
+
+
+def int_list(xs, what: str) -> list:
+    """``xs`` (any iterable, a torch tensor, a numpy array) as a list of ints; TypeError names a miss."""
+    if hasattr(xs, "tolist"):
+        xs = xs.tolist()
+    xs = list(xs)
+    for x in xs:
+        if not isinstance(x, int) or isinstance(x, bool):
+            raise TypeError(f"{what} must be ints, got {type(x).__name__} ({x!r}; a lookup miss?)")
+    return xs
+
+
+def _slot_list(slots) -> list:
+    slots = list(slots)
+    for s in slots:
+        if not isinstance(s, int):
+            raise TypeError(f"slot must be an int, not {type(s).__name__} (a lookup miss?)")
+    return slots
+
+
+def _struct_dict(c, fields) -> dict:
+    return {name: getattr(c, name) for name in fields}
+
+
+_ENGINE_STATS = ("ios", "reqs", "bytes_read", "bytes_written", "syscalls", "flushes")
+_STORE_STATS = ("lookups", "hits", "blocks_read", "blocks_written", "commits", "evictions",
+                "corrupt_blocks")
+
+
+def _stats_dict(st) -> dict:
+    return {**_struct_dict(st, _STORE_STATS), "engine": _struct_dict(st.engine, _ENGINE_STATS)}
+
+
+def _format_params(binding, fingerprint, n_spans, span_bytes, stripe_objs):
+    """tt_format_params with the size left out (0: fill the smallest member)."""
+    p = binding.ffi.new("struct tt_format_params *")
+    _fp_to_c(binding.lib, fingerprint, p.fp)
+    p.n_spans = n_spans or 0
+    p.span_bytes = span_bytes or 0
+    p.stripe_objs = stripe_objs or 0
+    return p
+
+
+def _plan(binding, p, n_members, n_slots, capacity_bytes, member_bytes):
+    """Size ``p`` by slots or data capacity and run tt_store_plan(): (geometry, need_bytes)."""
+    if n_slots is not None and capacity_bytes is not None:
+        raise ValueError("give n_slots or capacity_bytes, not both")
+    ffi, lib = binding.ffi, binding.lib
+    geo = ffi.new("struct tt_geometry *")
+    need = ffi.new("uint64_t *")
+    if capacity_bytes is not None:
+        # One slot's disk footprint (objects padded to 4 KiB) sets the slot count.
+        p.n_slots = 1
+        binding.check(lib.tt_store_plan(p, n_members, 0, geo, need), "plan")
+        slot_bytes = _geometry(geo).slot_bytes
+        if capacity_bytes < slot_bytes:
+            raise ValueError(f"capacity of {capacity_bytes} bytes holds no block "
+                             f"(one block takes {slot_bytes} bytes)")
+        n_slots = capacity_bytes // slot_bytes
+    p.n_slots = n_slots or 0
+    binding.check(lib.tt_store_plan(p, n_members, member_bytes or 0, geo, need), "plan")
+    return _geometry(geo), need[0]
+
+
+# ---------------------------------------------------------------- what a store owns in C
+
+
+class _Owned:
+    """The C objects of one open store, closed by Store.close() or the Store's finalizer (which holds this,
+    never the Store): the handle, its open transactions, its data path, its registered buffers."""
+
+    def __init__(self, binding, h):
+        self.binding, self.h = binding, h
+        self.txns: set = set()  # _TxnRef of the open transactions
+        self.dropped: list = []  # _TxnRef of transactions dropped unfinished
+        self.path = None  # the attached data path (tutti._devpath.Attached)
+        self.registered: list = []  # buffers libtutti holds pinned until close
+
+    def on_device(self):
+        """The data path's CUDA device current for a call (a launch on another device's stream would fail)."""
+        return self.path.on_device() if self.path is not None else contextlib.nullcontext()
+
+    def reap(self) -> None:
+        """Abort the transactions dropped unfinished since the last call."""
+        dropped, self.dropped = self.dropped, []
+        for ref in dropped:
+            ref.abort()
+
+    def close(self) -> None:
+        if self.h is None:
+            return
+        for ref in list(self.txns):
+            ref.abort()
+        self.dropped.clear()
+        if self.path is not None:
+            path, self.path = self.path, None
+            path.close(self)
+        h, self.h = self.h, None
+        self.binding.lib.tt_store_close(h)
+        ffi = self.binding.ffi
+        for buf in self.registered:
+            ffi.release(buf)
+        self.registered.clear()
+
+
+# ---------------------------------------------------------------- the store
+
+
+class Store:
+    """An open Tutti store (``Store.open``); a context manager that closes it.
+
+    Not thread-safe, like the C handle: use it from one thread at a time.  Host memory: read()/write()
+    transactions, put()/get()/readinto() of whole blocks; device memory: attach() a data path, then
+    read()/write() with a DeviceKV (tutti._devpath).
+    """
+
+    _binding = _binding.EXTENSION  # the library serving this class's stores (tutti.gpu.GpuStore: GPU)
+    _public_name = "tutti.Store"
+
+    def __init__(self, handle, paths):
+        self._owned = _Owned(type(self)._binding, handle)
+        self._finalizer = weakref.finalize(self, self._owned.close)
+        self.paths = paths
+        info = self._info()
+        self._geometry = _geometry(info.geo)
+        self._fingerprint = _fp_from_c(self._ffi, info.fp)
+        self._uuid = str(_uuid.UUID(bytes=bytes(info.uuid)))
+        self._engine = self._ffi.string(info.engine).decode()
+
+    @property
+    def _ffi(self):
+        return self._owned.binding.ffi
+
+    def _lib(self):
+        return self._owned.binding.lib
+
+    def _ok(self, rc, what=""):
+        return self._owned.binding.check(rc, what)
+
+    # --- creating and opening ------------------------------------------------
+
+    @classmethod
+    def plan(cls, n_members, fingerprint, *, n_slots=None, capacity_bytes=None, member_bytes=None,
+             n_spans=2, span_bytes=None, stripe_objs=None):
+        """Geometry of a store and the bytes each member needs, without touching any disk.
+
+        Size it by ``n_slots``, by ``capacity_bytes`` (data over all members), or leave both out to fill
+        ``member_bytes`` per member.
+        """
+        if n_slots is None and capacity_bytes is None and not member_bytes:
+            raise ValueError("give n_slots, capacity_bytes or member_bytes")
+        b = cls._binding
+        p = _format_params(b, fingerprint, n_spans, span_bytes, stripe_objs)
+        return _plan(b, p, n_members, n_slots, capacity_bytes, member_bytes)
+
+    @classmethod
+    def format(cls, paths, fingerprint, *, n_slots=None, capacity_bytes=None, n_spans=2,
+               span_bytes=None, stripe_objs=None, force=False) -> None:
+        """Write a new, empty store over ``paths`` (files are created or extended).
+
+        Without a size the store fills the smallest member.  Everything is checked before anything is
+        written; an existing store is kept unless ``force``.
+        """
+        b = cls._binding
+        paths, cpaths, keep = _member_paths(b.ffi, paths)
+        p = _format_params(b, fingerprint, n_spans, span_bytes, stripe_objs)
+        if n_slots is not None or capacity_bytes is not None:
+            _plan(b, p, len(paths), n_slots, capacity_bytes, None)
+        p.flags = b.lib.TT_FORMAT_FORCE if force else 0
+        b.check(b.lib.tt_store_format(cpaths, len(paths), p), "format " + ", ".join(paths))
+        del keep  # the C strings must live until here
+
+    @classmethod
+    def probe(cls, path) -> dict:
+        """What ``path``'s two superblock copies hold, without opening it as a store.
+
+        ``kind``: "none" (no Tutti superblock), "store" (one this tutti reads), "other_version"
+        (a Tutti store of another format version) or "damaged" (Tutti magic, no valid copy).
+        The same check format makes before it overwrites anything: any kind but "none" needs
+        ``force``.  Never blocks on a FIFO (refused) and takes no lock.  Raises TuttiError
+        (e.g. errno ENOENT) when ``path`` cannot be read.
+        """
+        b = cls._binding
+        ffi, lib = b.ffi, b.lib
+        kinds = {lib.TT_PROBE_NONE: "none", lib.TT_PROBE_STORE: "store",
+                 lib.TT_PROBE_OTHER_VERSION: "other_version", lib.TT_PROBE_DAMAGED: "damaged"}
+        out = ffi.new("struct tt_probe *")
+        b.check(lib.tt_store_probe(os.fsencode(path), out), f"probe {path}")
+        kind = kinds.get(out.kind, "damaged")
+        d = {"path": str(path), "kind": kind}
+        if kind in ("store", "other_version"):
+            d["version"] = out.version
+            d["magic"] = bytes(ffi.buffer(out.magic)).decode("ascii", "replace")
+        if kind == "store":
+            d["features"] = _features_dict(lib, out.feat)
+            d["uuid"] = str(_uuid.UUID(bytes=bytes(out.uuid)))
+            d["member_index"] = out.member_index
+            d["n_members"] = out.n_members
+        return d
+
+    @classmethod
+    def open(cls, paths, *, expect=None, readonly=False, verify=True, engine="auto", shared=False,
+             queue_depth=0) -> "Store":
+        """Open a formatted store (members in any order).
+
+        ``expect``: refuse (FingerprintMismatch) a store of another model.  ``verify=False`` skips read
+        checksums (unsafe); ``shared`` takes no exclusive lock, for several cooperating processes.  A store
+        of another format version, or with incompatible features this tutti does not know, is refused
+        (errno EOPNOTSUPP); one with unknown read-only-compatible features opens only with
+        ``readonly=True`` (else EROFS).
+        """
+        b = cls._binding
+        ffi, lib = b.ffi, b.lib
+        paths, cpaths, keep = _member_paths(ffi, paths)
+        p = ffi.new("struct tt_open_params *")
+        p.flags = ((lib.TT_OPEN_RDONLY if readonly else 0)
+                   | (0 if verify else lib.TT_OPEN_NO_VERIFY)
+                   | (lib.TT_OPEN_SHARED if shared else 0))
+        fp = None
+        if expect is not None:
+            fp = ffi.new("struct tt_fingerprint *")
+            _fp_to_c(lib, expect, fp)
+            p.expect = fp
+        engine_c = ffi.new("char[]", engine.encode())
+        p.engine = engine_c
+        p.engine_params.queue_depth = queue_depth
+        out = ffi.new("struct tt_store **")
+        b.check(lib.tt_store_open(cpaths, len(paths), p, out), "open " + ", ".join(paths))
+        del keep, fp, engine_c  # borrowed by p until here
+        return cls(out[0], paths)
+
+    def close(self) -> None:
+        """Abort open transactions, detach the data path, release the store.  Idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return self._owned.h is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self.closed:
+            state = "closed"
+        else:
+            state = f"{self._geometry.n_slots} slots" + (f", path {self.path}" if self.path else "")
+        return f"<{self._public_name} {self._uuid} {self._fingerprint.model_id} {state}>"
+
+    def _handle(self):
+        o = self._owned
+        if o.h is None:
+            raise ValueError("store is closed")
+        if o.dropped:
+            o.reap()
+        return o.h
+
+    # --- description -----------------------------------------------------------
+
+    @property
+    def geometry(self) -> Geometry:
+        return self._geometry
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return self._fingerprint
+
+    @property
+    def uuid(self) -> str:
+        return self._uuid
+
+    @property
+    def engine(self) -> str:
+        """I/O engine in use: "uring", "psync", "kqueue", or "fault:..." (fault injection, for tests)."""
+        return self._engine
+
+    @property
+    def block_bytes(self) -> int:
+        return self._geometry.block_bytes
+
+    def _info(self):
+        info = self._ffi.new("struct tt_store_info *")
+        self._ok(self._lib().tt_store_get_info(self._handle(), info), "info")
+        return info
+
+    def info(self) -> dict:
+        """Geometry, fingerprint, occupancy and counters, JSON-serialisable (and the data path, if attached)."""
+        info = self._info()
+        out = {
+            "uuid": self._uuid,
+            "paths": list(self.paths),
+            "geometry": self._geometry.to_dict(),
+            "fingerprint": self._fingerprint.to_dict(),
+            "member_bytes": info.member_bytes,
+            "table_bytes": info.table_bytes,
+            "created_ns": info.created_ns,
+            "n_committed": info.n_committed,
+            "n_free": info.n_free,
+            "n_bad_records": info.n_bad_records,
+            "features": self.features(),
+            "engine": self._engine,
+            "stats": _stats_dict(info.stats),
+        }
+        if self.path is not None:
+            out.update(path=self.path, device=self.device)
+        return out
+
+    def features(self) -> dict:
+        """The store's feature masks (see ``_features_dict``)."""
+        f = self._ffi.new("struct tt_features *")
+        self._lib().tt_store_get_features(self._handle(), f)
+        return _features_dict(self._lib(), f)
+
+    def stats(self) -> dict:
+        """Counters since open (store and I/O engine)."""
+        return _stats_dict(self._info().stats)
+
+    # --- whole blocks through host memory and the key index ----------------------
+
+    def _block_buffer(self, data, writable=False):
+        try:
+            buf = self._ffi.from_buffer(data, require_writable=writable)
+        except (TypeError, BufferError):
+            kind = "a writable buffer" if writable else "a bytes-like buffer"
+            raise TypeError(f"block data must be {kind}, not {type(data).__name__}") from None
+        if len(buf) != self.block_bytes:
+            raise ValueError(f"block data is {len(buf)} bytes; this store's blocks are "
+                             f"{self.block_bytes} bytes")
+        return buf
+
+    def _key(self, key) -> bytes:
+        return key_from_bytes(self._owned.binding, key)
+
+    def put(self, key, data) -> None:
+        """Store one block held in host memory, objects in (layer, span) order (the store's CPU engine);
+        a stored key is left as is."""
+        buf = self._block_buffer(data)
+        self._ok(self._lib().tt_store_put(self._handle(), self._key(key), buf, len(buf)), "put")
+
+    def readinto(self, key, buf) -> None:
+        """Load the block of ``key`` into writable ``buf``: KeyError on a miss,
+        CorruptBlockError (and the slot is dropped) if it fails its checksum."""
+        cbuf = self._block_buffer(buf, writable=True)
+        L = self._lib()
+        rc = L.tt_store_get(self._handle(), self._key(key), cbuf, len(cbuf))
+        if rc == -errno.ENOENT:
+            L.tt_clearerr()
+            raise KeyError(key)
+        self._ok(rc, "get")
+
+    def get(self, key) -> bytes:
+        """The block stored under ``key`` (see readinto())."""
+        buf = bytearray(self.block_bytes)
+        self.readinto(key, buf)
+        return bytes(buf)
+
+    def lookup(self, keys) -> list:
+        """Slot of each key, or None for a miss; hits become most recently used."""
+        arr, n = _keys_array(self._owned.binding, keys)
+        slots = self._ffi.new("int64_t[]", max(n, 1))
+        self._ok(self._lib().tt_store_lookup(self._handle(), arr, n, slots), "lookup")
+        return [int(s) if s >= 0 else None for s in slots[0:n]]
+
+    def __contains__(self, key) -> bool:
+        return self.lookup([key])[0] is not None
+
+    def invalidate(self, slots) -> int:
+        """Drop committed slots durably; returns how many were dropped."""
+        slots = int_list(slots, "slots")
+        arr = self._ffi.new("int64_t[]", slots or [0])
+        return self._ok(self._lib().tt_store_invalidate(self._handle(), arr, len(slots)), "invalidate")
+
+    def locate(self, slot: int, layer: int, span: int) -> tuple:
+        """``(member, byte offset)`` of object (slot, layer, span) on disk (tt_store_locate())."""
+        g = self._geometry
+        if not (0 <= slot < g.n_slots and 0 <= layer < g.n_layers and 0 <= span < g.n_spans):
+            raise IndexError(f"object ({slot}, {layer}, {span}) outside {g.n_slots} slots x "
+                             f"{g.n_layers} layers x {g.n_spans} spans")
+        e = self._ffi.new("struct tt_extent *")
+        self._ok(self._lib().tt_store_locate(self._handle(), slot, layer, span, e), "locate")
+        return int(e.member), int(e.off)
+
+    def committed(self, chunk: int = 4096) -> dict:
+        """Every committed block: {16-byte store key: slot}, from the in-memory index (no I/O)."""
+        ffi, L = self._ffi, self._lib()
+        K = L.TT_KEY_BYTES
+        keys = ffi.new("uint8_t[]", chunk * K)
+        slots = ffi.new("int64_t[]", chunk)
+        out = {}
+        for first in range(0, self._geometry.n_slots, chunk):
+            # A range of `chunk` slots holds at most `chunk` committed ones.
+            found = self._ok(L.tt_store_list(self._handle(), first, chunk, keys, slots, chunk), "list")
+            raw = ffi.buffer(keys, found * K)[:]
+            for i in range(found):
+                out[raw[i * K:(i + 1) * K]] = int(slots[i])
+        return out
+
+    # --- layer-wise transfers --------------------------------------------------
+
+    def write(self, keys, kv=None, block_ids=None):
+        """Begin storing one block per key (slots: free first, else least recently used).
+
+        Host memory: a WriteTxn (each ``layer()`` names its memory).  With ``kv`` (a DeviceKV) and
+        ``block_ids``: a DeviceTxn through the attached data path.
+        """
+        if kv is not None or block_ids is not None:
+            from . import _devpath  # noqa: PLC0415
+
+            return _devpath.begin(self, keys, kv, block_ids, write=True)
+        arr, n = _keys_array(self._owned.binding, keys)
+        out = self._ffi.new("struct tt_txn **")
+        self._ok(self._lib().tt_store_write_begin(self._handle(), arr, n, out), f"write {n} blocks")
+        return WriteTxn(self, out[0], n)
+
+    def read(self, slots, kv=None, block_ids=None):
+        """Begin loading committed ``slots`` (from lookup()); they stay pinned until finish.
+
+        Host memory: a ReadTxn; with ``kv`` and ``block_ids``: a DeviceTxn through the data path.
+        """
+        if kv is not None or block_ids is not None:
+            from . import _devpath  # noqa: PLC0415
+
+            return _devpath.begin(self, slots, kv, block_ids, write=False)
+        slots = _slot_list(slots)
+        arr = self._ffi.new("int64_t[]", slots or [0])
+        out = self._ffi.new("struct tt_txn **")
+        self._ok(self._lib().tt_store_read_begin(self._handle(), arr, len(slots), out),
+                 f"read {len(slots)} blocks")
+        return ReadTxn(self, out[0], len(slots))
+
+    def register_memory(self, buffer) -> None:
+        """Register a long-lived buffer for fixed-buffer I/O (optional, saves page pinning).
+
+        The store keeps the buffer exported (an mmap cannot be closed) until it closes: libtutti has no
+        unregister, and memory mapped later at the same address must never be taken for the pinned pages.
+        """
+        buf = self._ffi.from_buffer(buffer)
+        self._ok(self._lib().tt_store_register_memory(self._handle(), buf, len(buf)), "register memory")
+        self._owned.registered.append(buf)
+
+    # --- data paths into device memory (tutti._devpath) -----------------------------
+
+    @property
+    def path(self) -> str | None:
+        """Name of the attached data path, or None."""
+        return self._owned.path.name if self._owned.path is not None else None
+
+    @property
+    def device(self) -> int | None:
+        """CUDA device of the attached data path (None: none attached, or the "host" path)."""
+        return self._owned.path.device if self._owned.path is not None else None
+
+    def _on_device(self):
+        return self._owned.on_device()
+
+    def attach(self, path: str = "gio", **params) -> "Store":
+        """Give the store a data path for device memory (replacing any); returns self.
+
+        "host" (C reference path over host memory, any library) or "gio" / "staged" / "gds" (GPU memory,
+        libtutti_gpu.so: tutti.gpu.GpuStore); parameters: tutti._devpath.attach.
+        """
+        from . import _devpath  # noqa: PLC0415
+
+        _devpath.attach(self, path, **params)
+        return self
+
+    def detach(self) -> None:
+        """Remove the data path (no transaction may be open).  Idempotent."""
+        from . import _devpath  # noqa: PLC0415
+
+        _devpath.detach(self)
+
+    def emulator_stats(self) -> dict:
+        """The gio path's emulated controller: commands, errors, bytes, ring wraps, doorbells."""
+        from . import _devpath  # noqa: PLC0415
+
+        return _devpath.emulator_stats(self)
+
+    # --- maintenance -------------------------------------------------------------
+
+    def check(self, first=0, count=None, repair=False, chunk=64, progress=None) -> dict:
+        """Verify committed slots in [first, first + count), ``chunk`` slots per C call.
+
+        ``progress(done_slots)`` is called after each chunk.  ``repair`` clears bad slots (read, but failing
+        their checksum) and damaged records durably; slots that could not be read (an I/O error) are counted
+        ``unreadable`` and kept.  Returns the totals and the list of bad slots.
+        """
+        n_slots = self._geometry.n_slots
+        if not 0 <= first <= n_slots:
+            raise ValueError(f"first slot {first} outside the store's {n_slots} slots")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        end = n_slots if count is None else min(n_slots, first + count)
+        ffi, L = self._ffi, self._lib()
+        res = ffi.new("struct tt_check_result *")
+        bad = ffi.new("int64_t[]", chunk)
+        bad_slots = []
+        pos = first
+        while pos < end:
+            n = min(chunk, end - pos)
+            found = self._ok(L.tt_store_check(self._handle(), pos, n, int(repair), res, bad, chunk), "check")
+            bad_slots.extend(bad[0:min(found, chunk)])
+            pos += n
+            if progress is not None:
+                progress(pos - first)
+        return {**_struct_dict(res, ("checked", "ok", "bad", "bad_records", "repaired", "unreadable")),
+                "bad_slots": bad_slots}
+
+    def set_faults(self, spec: str) -> None:
+        """Arm fault-injection rules (libtutti's fault.h text form; "" disarms), for tests.
+
+        Only a store opened with a ``fault:...`` engine (or with TUTTI_FAULTS set) injects faults; on any
+        other the call fails (EOPNOTSUPP).  Rules count I/O from now on.
+        """
+        self._ok(self._lib().tt_store_set_faults(self._handle(), spec.encode()), "set faults")
+
+
+__all__ = ["Store", "Txn", "WriteTxn", "ReadTxn", "key_from_bytes", "int_list"]  # the Txn classes: _txn.py
