@@ -7,15 +7,15 @@
 # 1. Boots the guest with both NVMe drives behind QEMU's blklogwrites driver (run-qemu.sh --blklog):
 #    every write and flush the guest issues is logged. tests/hil/powerloss/guest.sh runs the
 #    workload (pl_writer.c: OPS operations drawn from SEED) through the kernel-queue engine on drive A
-#    (tutti.ko) and through the file engine (io_uring) on drive B (the kernel's nvme driver).
+#    (tutti.ko) and through the file engine (io_uring, or psync) on drive B (the kernel's nvme driver).
 # 2. Replays each drive's log here (tests/hil/powerloss/replay.py, the .venv-hil Python): the disk
 #    at every flush point and at CRASH_STATES states between flushes (writes dropped, reordered,
 #    torn), each opened, `tutti-admin check`ed and read key by key against the writer's journal.
 # --mutant: the same with a libtutti whose commit skips the data flush (a copy under
 # build/hil/pl-mutant): the replay must find wrong bytes; exit 0 only if it does.
 #
-# Environment: HIL_PL_OPS (250: ~225 write sequences), HIL_PL_CRASH_STATES (2000 per engine),
-# HIL_PL_SEED (random, printed),
+# Environment: HIL_PL_OPS (300: ~240 write sequences), HIL_PL_CRASH_STATES (2000 per engine),
+# HIL_PL_SEED (random, printed), HIL_PL_FILE_ENGINE (uring; or psync),
 # HIL_BOOT_TIMEOUT (480). Logs in build/hil/logs/KVER/: powerloss.{console,results}.log (the boot),
 # powerloss-replay.results.log (TAP), powerloss-<engine>.json (counts); images and logs of the
 # drives in build/hil/images/KVER/pl-{a,b}.{img,log}. Exit 0 when every check passed.
@@ -23,9 +23,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/hil/lib.sh
 
-OPS=${HIL_PL_OPS:-250}
+OPS=${HIL_PL_OPS:-300}
 STATES=${HIL_PL_CRASH_STATES:-2000}
 SEED=${HIL_PL_SEED:-$((RANDOM * 32768 + RANDOM))}
+FILE_ENGINE=${HIL_PL_FILE_ENGINE:-uring}
 MUTANT=0
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -84,7 +85,7 @@ for try in 1 2; do
 	qemu-img create -q -f raw "$IMGD/pl-b.img" 128M
 	set +e
 	scripts/hil/run-qemu.sh --suite tests/hil/powerloss/guest.sh --tag "$TAG" \
-		--env "PL_OPS=$OPS" --env "PL_SEED=$SEED" --env "TUTTI_HIL_BIN=$BIN" \
+		--env "PL_OPS=$OPS" --env "PL_SEED=$SEED" --env "PL_FILE_ENGINE=$FILE_ENGINE" --env "TUTTI_HIL_BIN=$BIN" \
 		--blklog "a=$IMGD/pl-a.log" --blklog "b=$IMGD/pl-b.log" \
 		"$KVER" powerloss "$IMGD/pl-a.img" "$IMGD/pl-b.img" &
 	CHILD=$!
@@ -117,7 +118,7 @@ emit() {	# TAP lines of one replay, renumbered
 		n=1 fail=1
 		echo "not ok 1 - the logged boot failed (exit $rc; $LOGD/$TAG.console.log): nothing to replay"
 	else
-		for e in kqueue:a uring:b; do
+		for e in kqueue:a "$FILE_ENGINE:b"; do
 			eng=${e%%:*} d=${e#*:}
 			emit < <("$PY" tests/hil/powerloss/replay.py --log "$IMGD/pl-$d.log" --disk "$IMGD/pl-$d.img" \
 				--journal "$LOGD/$TAG.results.log" --engine "$eng" --crash-states "$STATES" \

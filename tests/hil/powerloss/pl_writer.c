@@ -9,7 +9,8 @@
  * for ENGINE kqueue, the kernel nvme driver's block device for uring/psync),
  * then runs OPS operations drawn from SEED: write transactions of 1-4 blocks
  * through the layer API (some prepared first, with a block vetoed; some two
- * transactions interleaved; some through tt_store_put), and invalidations.
+ * transactions interleaved; some through tt_store_put; some aborted after a
+ * few layers), and invalidations.
  * The store has fewer slots than the workload has keys, so most writes evict.
  *
  * After format and after every acknowledged operation n, a marker "op n
@@ -24,11 +25,12 @@
  * never-written sector cannot pass for the expected bytes.
  *
  * Journal lines (prefixed "PL ENGINE "):
- *   BEGIN seed=S ops=N slots=N keys=N      the store is formatted (op 0)
+ *   BEGIN seed=S ops=N slots=N keys=N ...  the store is formatted (op 0)
  *   W n k:v,...                            op n is about to write these
+ *   ABORT n k:v,...                        op n writes these, then aborts
  *   INV n k,...                            op n drops these keys
  *   ACK n k:v,...                          op n returned; the store holds this
- *   END ops=N puts=N evictions=N
+ *   END ops=N puts=N aborts=N evictions=N
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -157,8 +159,11 @@ struct pl_txn {
 	uint64_t base[PL_LAYERS * PL_SPANS], stride[PL_LAYERS * PL_SPANS];
 };
 
-/* Begin a write of @n keys; prints which (key, version) it will write. */
-static void txn_begin(struct tt_store *s, struct pl_txn *x, uint64_t op)
+/*
+ * Begin a write of @n keys; prints which (key, version) it will write, as
+ * @what: "W" (to be committed) or "ABORT" (to be aborted: never to be served).
+ */
+static void txn_begin(struct tt_store *s, struct pl_txn *x, uint64_t op, const char *what)
 {
 	uint8_t kb[PL_MAX_TXN * TT_KEY_BYTES];
 	const char *sep = "";
@@ -167,7 +172,7 @@ static void txn_begin(struct tt_store *s, struct pl_txn *x, uint64_t op)
 		memcpy(kb + i * TT_KEY_BYTES, keys[x->k[i]], TT_KEY_BYTES);
 	if (tt_store_write_begin(s, kb, x->n, &x->t))
 		bail("%s: op %llu: write_begin: %s", eng, (unsigned long long)op, tt_errmsg());
-	printf("PL %s W %llu ", eng, (unsigned long long)op);
+	printf("PL %s %s %llu ", eng, what, (unsigned long long)op);
 	for (unsigned i = 0; i < x->n; i++) {
 		int present;
 
@@ -187,15 +192,16 @@ static void txn_begin(struct tt_store *s, struct pl_txn *x, uint64_t op)
 	}
 }
 
-static void txn_layers(struct pl_txn *x, uint64_t op)
+/* Submit layers [0, @n), then wait for them. */
+static void txn_layers(struct pl_txn *x, uint64_t op, uint32_t n)
 {
 	struct tt_memmap mm = { PL_LAYERS, PL_SPANS, x->base, x->stride };
 	uint32_t ids[PL_MAX_TXN] = { 0, 1, 2, 3 };
 
-	for (uint32_t l = 0; l < PL_LAYERS; l++)
+	for (uint32_t l = 0; l < n; l++)
 		if (tt_txn_layer(x->t, l, &mm, ids))
 			bail("%s: op %llu: layer %u: %s", eng, (unsigned long long)op, l, tt_errmsg());
-	for (uint32_t l = 0; l < PL_LAYERS; l++)
+	for (uint32_t l = 0; l < n; l++)
 		if (tt_txn_wait_layer(x->t, l))
 			bail("%s: op %llu: wait layer %u: %s", eng, (unsigned long long)op, l,
 			     tt_errmsg());
@@ -224,13 +230,14 @@ static void txn_finish(struct pl_txn *x, uint64_t op, int veto)
 	}
 }
 
-static void op_put(struct tt_store *s, uint64_t op, uint8_t *mem)
+/* A write operation; returns 1 if it commits (0: aborted). */
+static int op_put(struct tt_store *s, uint64_t op, uint8_t *mem)
 {
 	struct pl_txn a = { .mem = mem }, b = { .mem = mem + PL_MAX_TXN * PL_BLOCK };
 	unsigned kind = rand_below(100);
 
 	a.n = pick_keys(a.k, PL_MAX_TXN);
-	if (kind < 15) {		/* the one-call path */
+	if (kind < 15) {		/* the one-call path (tt_store_put) */
 		int64_t slot;
 		int stored = tt_store_lookup(s, keys[a.k[0]], 1, &slot) == 1;
 
@@ -245,20 +252,27 @@ static void op_put(struct tt_store *s, uint64_t op, uint8_t *mem)
 			bail("%s: op %llu: put: %s", eng, (unsigned long long)op, tt_errmsg());
 		if (!stored)
 			cur_ver[a.k[0]] = (uint32_t)op;
-		return;
+		return 1;
 	}
-	txn_begin(s, &a, op);
-	if (kind < 25) {		/* two transactions open at once */
+	if (kind < 25) {		/* some layers written, then aborted: never to be served */
+		txn_begin(s, &a, op, "ABORT");
+		txn_layers(&a, op, 1 + rand_below(PL_LAYERS));
+		tt_txn_abort(a.t);
+		return 0;
+	}
+	txn_begin(s, &a, op, "W");
+	if (kind < 35) {		/* two transactions open at once */
 		b.n = pick_keys(b.k, 2);
-		txn_begin(s, &b, op);
-		txn_layers(&b, op);
-		txn_layers(&a, op);
+		txn_begin(s, &b, op, "W");
+		txn_layers(&b, op, PL_LAYERS);
+		txn_layers(&a, op, PL_LAYERS);
 		txn_finish(&b, op, -1);
 		txn_finish(&a, op, -1);
-		return;
+		return 1;
 	}
-	txn_layers(&a, op);
-	txn_finish(&a, op, kind < 40 ? (int)rand_below(a.n) : -1);
+	txn_layers(&a, op, PL_LAYERS);
+	txn_finish(&a, op, kind < 50 ? (int)rand_below(a.n) : -1);	/* prepare, veto */
+	return 1;
 }
 
 static void op_invalidate(struct tt_store *s, uint64_t op)
@@ -289,8 +303,9 @@ int main(int argc, char **argv)
 	struct tt_store_info info;
 	struct tt_store *s;
 	const char *member;
-	uint64_t n_ops, puts = 0;
+	uint64_t n_ops, puts = 0, aborts = 0;
 	uint8_t *mem;
+	int reg;
 
 	if (argc != 5) {
 		fprintf(stderr, "usage: pl_writer ENGINE MEMBER SEED OPS\n");
@@ -331,27 +346,31 @@ int main(int argc, char **argv)
 	    info.member_bytes >= PL_MARK_OFF)
 		bail("%s: store opened with engine %s, span %u, %llu bytes", eng, info.engine,
 		     info.geo.span_bytes, (unsigned long long)info.member_bytes);
+	/* kqueue: the engine addresses registered memory directly (no bounce pool) */
+	reg = !tt_store_register_memory(s, mem, 2 * PL_MAX_TXN * PL_BLOCK);
 	write_marker(0);
-	printf("PL %s BEGIN seed=%llu ops=%llu slots=%u keys=%u member_bytes=%llu mark_off=%llu\n",
-	       eng, (unsigned long long)seed, (unsigned long long)n_ops, PL_SLOTS, PL_KEYS,
-	       (unsigned long long)info.member_bytes, PL_MARK_OFF);
+	printf("PL %s BEGIN seed=%llu ops=%llu slots=%u keys=%u member_bytes=%llu mark_off=%llu "
+	       "registered=%d\n", eng, (unsigned long long)seed, (unsigned long long)n_ops, PL_SLOTS,
+	       PL_KEYS, (unsigned long long)info.member_bytes, PL_MARK_OFF, reg);
 	print_ack(s, 0);
 	for (uint64_t n = 1; n <= n_ops; n++) {
 		if (rand_below(100) < 10) {
 			op_invalidate(s, n);
-		} else {
-			op_put(s, n, mem);
+		} else if (op_put(s, n, mem)) {
 			puts++;
+		} else {
+			aborts++;
 		}
 		print_ack(s, n);
 		write_marker(n);
 	}
 	tt_store_get_info(s, &info);
 	tt_store_close(s);
-	printf("PL %s END ops=%llu puts=%llu evictions=%llu\n", eng, (unsigned long long)n_ops,
-	       (unsigned long long)puts, (unsigned long long)info.stats.evictions);
-	check(1, "%s: %llu operations (%llu writes, %llu evictions) acknowledged on %s", eng,
-	      (unsigned long long)n_ops, (unsigned long long)puts,
-	      (unsigned long long)info.stats.evictions, member);
+	printf("PL %s END ops=%llu puts=%llu aborts=%llu evictions=%llu\n", eng,
+	       (unsigned long long)n_ops, (unsigned long long)puts, (unsigned long long)aborts,
+	       (unsigned long long)info.stats.evictions);
+	check(1, "%s: %llu operations (%llu write sequences, %llu aborted, %llu evictions) "
+	      "acknowledged on %s", eng, (unsigned long long)n_ops, (unsigned long long)puts,
+	      (unsigned long long)aborts, (unsigned long long)info.stats.evictions, member);
 	return hil_failed != 0;
 }

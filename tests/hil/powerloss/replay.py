@@ -45,7 +45,7 @@ FAILURES = ("wrong", "stale", "lost", "unclean", "open_failed", "unknown_keys", 
 
 def parse_journal(lines, engine: str) -> dict:
     """The writer's journal for ``engine``: begin parameters, ops' writes, acknowledged sets."""
-    j = {"begin": None, "w": {}, "ack": {}, "inv": {}, "end": None}
+    j = {"begin": None, "w": {}, "ack": {}, "inv": {}, "abort": {}, "end": None}
     pre = f"PL {engine} "
     for line in lines:
         line = line.strip().replace("\r", "")
@@ -60,15 +60,15 @@ def parse_journal(lines, engine: str) -> dict:
         items = [] if body in ("", "-") else body.split(",")
         if kind == "INV":
             j["inv"][n] = [int(k) for k in items]
-        elif kind in ("W", "ACK"):
+        elif kind in ("W", "ACK", "ABORT"):
             d = {}
             for it in items:
                 k, v = it.split(":")
                 d[int(k)] = int(v)
-            if kind == "W":     # two transactions of one op: two lines
-                j["w"].setdefault(n, {}).update(d)
-            else:
+            if kind == "ACK":
                 j["ack"][n] = d
+            else:               # two transactions of one op: two W lines
+                j[kind.lower()].setdefault(n, {}).update(d)
     if j["begin"] is None:
         raise ValueError(f"no 'PL {engine} BEGIN' line: the guest's writer did not get past format")
     return j
@@ -184,6 +184,9 @@ class Checker:
                 if magic != PL_MAGIC or kk != k or got != block_bytes(k, v, n_objs, g.span_bytes):
                     c["wrong"] += 1
                     self.fail(f"key {k}: served bytes that are no version of it (first unit {got[:16].hex()})", where)
+                elif self.j["abort"].get(v, {}).get(k) == v:
+                    c["wrong"] += 1
+                    self.fail(f"key {k}: served version {v}, written by a transaction that was aborted", where)
                 elif v not in allowed.get(k, ()):
                     c["stale"] += 1
                     self.fail(f"key {k}: served version {v}; after op {m} only {sorted(allowed.get(k, ()))} may be", where)
