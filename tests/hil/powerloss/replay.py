@@ -23,7 +23,6 @@ writes landed, lost or were torn, and what they hit), and with --json the counts
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import random
@@ -32,7 +31,6 @@ import struct
 import sys
 import tempfile
 import time
-from contextlib import redirect_stderr, redirect_stdout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dmlog import SECTOR, Image, Log, LogError, describe, epoch_states  # noqa: E402
@@ -324,24 +322,23 @@ def replay(log: Log, journal: dict, engine: str, *, crash_states: int, seed: int
     disk_same = None
     try:
         img = Image(os.path.join(tmp, "member.img"), ck.mark_off + 4096, log)
-        with redirect_stderr(io.StringIO()):
-            ck.check(img, "the blank drive")
-            for i, (ws, fidx) in enumerate(epochs):
-                at = f"flush at log entry {fidx}" if fidx is not None else "the end of the log"
-                for st in picks[i]:
-                    img.apply_state(ws, st)
-                    crash_n += 1
-                    crash_ok += ck.check(img, f"crash before the {at}: " + describe(ws, st, ck.where))
-                    img.undo()
-                for e in ws:
-                    img.apply(e)
-                # A flush with no write since the last one leaves the state just checked.
-                if fidx is not None:
-                    flush_n += 1
-                    flush_ok += ck.check(img, f"the {at}") if ws else 1
-                else:
-                    crash_n += 1
-                    crash_ok += ck.check(img, "the end of the log: every unflushed write landed")
+        ck.check(img, "the blank drive")
+        for i, (ws, fidx) in enumerate(epochs):
+            at = f"flush at log entry {fidx}" if fidx is not None else "the end of the log"
+            for st in picks[i]:
+                img.apply_state(ws, st)
+                crash_n += 1
+                crash_ok += ck.check(img, f"crash before the {at}: " + describe(ws, st, ck.where))
+                img.undo()
+            for e in ws:
+                img.apply(e)
+            # A flush with no write since the last one leaves the state just checked.
+            if fidx is not None:
+                flush_n += 1
+                flush_ok += ck.check(img, f"the {at}") if ws else 1
+            else:
+                crash_n += 1
+                crash_ok += ck.check(img, "the end of the log: every unflushed write landed")
         if disk:
             member = int(journal["begin"]["member_bytes"])
             with open(disk, "rb") as f:
