@@ -326,7 +326,7 @@ powerloss() {
 	CHILD=
 	set -e
 	report "$1" powerloss "$(cat "$HIL_BUILD/logs/$1/powerloss.rc" 2>/dev/null || echo 125)"
-	report "$1" powerloss-replay "$rc"
+	report "$1" pl-replay "$rc"
 }
 
 step "boots: suite $SUITE"

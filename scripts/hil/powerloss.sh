@@ -17,7 +17,7 @@
 # Environment: HIL_PL_OPS (300: ~240 write sequences), HIL_PL_CRASH_STATES (2000 per engine),
 # HIL_PL_SEED (random, printed), HIL_PL_FILE_ENGINE (uring; or psync),
 # HIL_BOOT_TIMEOUT (480). Logs in build/hil/logs/KVER/: powerloss.{console,results}.log (the boot),
-# powerloss-replay.results.log (TAP), powerloss-<engine>.json (counts); images and logs of the
+# pl-replay.results.log (TAP), powerloss-<engine>.json (counts); images and logs of the
 # drives in build/hil/images/KVER/pl-{a,b}.{img,log}. Exit 0 when every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,10 +46,10 @@ LOGD=$HIL_BUILD/logs/$KVER
 IMGD=$HIL_BUILD/images/$KVER
 PY=.venv-hil/bin/python
 mkdir -p "$LOGD" "$IMGD"
-TAG=powerloss
-[ $MUTANT = 0 ] || TAG=powerloss-mutant
-OUT=$LOGD/$TAG-replay.results.log
-rm -f "$OUT" "$LOGD/$TAG".*.json "$LOGD/$TAG.rc"
+TAG=powerloss RTAG=pl-replay	# the boot's and the replay's log names (rows of hil.sh's summary)
+[ $MUTANT = 0 ] || TAG=powerloss-mutant RTAG=pl-mutant-replay
+OUT=$LOGD/$RTAG.results.log
+rm -f "$OUT" "$LOGD/$TAG"-*.json "$LOGD/$TAG.rc"
 [ -x "$PY" ] && "$PY" -c 'import tutti._tutti, click' 2>/dev/null || die "$PY with tutti is missing (hil.sh makes it)"
 
 # The workload, built here (the guest sees the repo read-only).
@@ -128,8 +128,11 @@ emit() {	# TAP lines of one replay, renumbered
 	echo "1..$n"
 	echo "HIL-RESULT: $pass passed, $fail failed"
 } >"$OUT"
-echo "boot $KVER $TAG-replay: $(($(date +%s) - t0))s" >>"$HIL_BUILD/timings"
-grep -E '^(not )?ok |^# FAIL|^HIL-RESULT' "$OUT" | sed "s/^/  [$KVER $TAG-replay] /" | cut -c1-400 >&2
+echo "boot $KVER $RTAG: $(($(date +%s) - t0))s" >>"$HIL_BUILD/timings"
+# hil.sh's summary prints the TAP lines; the failures' details only come from here
+pat='^# FAIL'
+[ ! -t 2 ] || pat='^(not )?ok |^# FAIL|^HIL-RESULT'
+grep -E "$pat" "$OUT" | sed "s/^/  [$KVER $RTAG] /" | cut -c1-400 >&2 || true
 if [ $MUTANT = 1 ]; then
 	if grep -q '^not ok .*0 wrong bytes served' "$OUT"; then
 		log "$KVER: --mutant: the replay found the missing data flush (as it must)"
