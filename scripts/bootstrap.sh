@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PY:-python3}
 
-APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs)
+# qemu-utils, qemu-system-common: qemu-io and qemu-storage-daemon, with which
+# tests/test_powerloss_replay.py logs a store's writes (blklogwrites) on the host
+APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs qemu-utils qemu-system-common)
 # The on-disk-format fuzzers (make fuzz-ci): Debian's clang with libFuzzer.
 FUZZ_PKGS=(clang-14 libfuzzer-14-dev)
 

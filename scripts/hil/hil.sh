@@ -2,7 +2,7 @@
 # Hardware-in-the-loop: the kernel module and the guest suite on QEMU's emulated NVMe, for each
 # current Debian kernel line.  The entry point of `make hil`.
 #
-#   scripts/hil/hil.sh [--kernels "6.1 6.12"] [--no-crash | --crash] [--suite PATH]
+#   scripts/hil/hil.sh [--kernels "6.1 6.12"] [--no-crash | --crash] [--no-powerloss] [--suite PATH]
 #
 # Steps: apt-install what is missing -> fetch/unpack the kernels -> fetch NVIDIA's nv-p2p.h
 # (fetch-nv-p2p.sh) -> .venv-hil (tutti + pytest, for the guest) -> per kernel: build kmod/ (and a
@@ -11,10 +11,12 @@
 # API, since the guest has no NVIDIA driver); build the initramfs; boot with fresh disk images and run the guest suite (phase "main"); when the
 # suite asked for it ("HIL-REQUEST crash-reboot" on its output) or with --crash: boot with phase
 # crash-write, SIGKILL QEMU 0.5-3 s after the guest prints HIL-WRITING, boot again on the same images
-# with phase verify.  Prints every test line per kernel, a summary, and exits non-zero on any
+# with phase verify; then the power-loss replay (scripts/hil/powerloss.sh: a boot with both drives
+# behind QEMU's blklogwrites, each log replayed here).  Prints every test line per kernel, a summary, and exits non-zero on any
 # failure, timeout, or a boot without a HIL-RESULT line.
 #
 # Environment: HIL_KERNELS (lines, default "6.1 6.12"), HIL_CRASH (auto|0|1), HIL_CRASH_ROUNDS (1),
+# HIL_POWERLOSS (1; 0 skips the replay; its sizes: HIL_PL_OPS, HIL_PL_CRASH_STATES, HIL_PL_SEED),
 # HIL_BOOT_TIMEOUT (seconds per boot, 480), HIL_BOOT_RETRIES (boots again after a kernel death before
 # /init, 1), HIL_SUITE (guest script, default tests/hil/run-guest.sh,
 # else the placeholder scripts/hil/placeholder-guest.sh), HIL_IMG_SIZE (512M), PY (python3),
@@ -29,6 +31,7 @@ T0=$(date +%s)
 KERNELS=${HIL_KERNELS:-6.1 6.12}
 CRASH=${HIL_CRASH:-auto}
 ROUNDS=${HIL_CRASH_ROUNDS:-1}
+POWERLOSS=${HIL_POWERLOSS:-1}
 SUITE=${HIL_SUITE:-}
 IMG_SIZE=${HIL_IMG_SIZE:-512M}
 PY=${PY:-python3}
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
 	--kernels) KERNELS=$2; shift 2 ;;
 	--no-crash) CRASH=0; shift ;;
 	--crash) CRASH=1; shift ;;
+	--no-powerloss) POWERLOSS=0; shift ;;
 	--suite) SUITE=$2; shift 2 ;;
 	-h | --help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) die "hil.sh: unknown argument $1 (see --help)" ;;
@@ -308,6 +312,23 @@ report() {
 	SUMMARY+=("$(printf '%-24s %-14s %-44s %6ss' "$kver" "$tag" "$p passed, $x failed${why:+ — $why}" "$(boot_secs "$kver" "$tag")")")
 }
 
+# Power-loss replay: its own boot (phase powerloss) on drives behind blklogwrites, then the
+# replay of both logs here (scripts/hil/powerloss.sh); a summary row for each.
+powerloss() {
+	local rc
+	[ "$POWERLOSS" = 1 ] && [ "$SUITE" != scripts/hil/placeholder-guest.sh ] || return 0
+	log "---- $1: power-loss replay (scripts/hil/powerloss.sh)"
+	set +e
+	scripts/hil/powerloss.sh "$1" &
+	CHILD=$!
+	wait "$CHILD"
+	rc=$?
+	CHILD=
+	set -e
+	report "$1" powerloss "$(cat "$HIL_BUILD/logs/$1/powerloss.rc" 2>/dev/null || echo 125)"
+	report "$1" pl-replay "$rc"
+}
+
 step "boots: suite $SUITE"
 for kver in "${KVERS[@]}"; do
 	load_kernel_env "$kver"
@@ -319,6 +340,7 @@ for kver in "${KVERS[@]}"; do
 	qemu-img create -q -f raw "$img/b.img" "$IMG_SIZE"
 	boot "$kver" main main "$img/a.img" "$img/b.img"
 	report "$kver" main "$BOOT_RC"
+	powerloss "$kver"
 
 	want=$CRASH
 	if [ "$want" = auto ]; then

@@ -10,6 +10,8 @@
 #     --suite PATH         the guest script, relative to the repo (default: tests/hil/run-guest.sh)
 #     --tag NAME           log names: build/hil/logs/KVER/NAME.{console,results}.log (default: PHASE)
 #     --env KEY=VALUE      one more variable for the guest suite (repeatable)
+#     --blklog a|b=LOG     put that drive behind QEMU's blklogwrites driver: every write and flush
+#                          the guest issues is logged to LOG (dm-log-writes format; created empty)
 #
 # QMP requests of the guest: a results-port line "HIL-QMP <json>" (also after "# ") is sent to
 # QEMU's QMP socket by scripts/hil/qmp.py, in order, as it appears (e.g. block_set_io_throttle to
@@ -33,6 +35,7 @@ KILL_DELAY_MS=
 SUITE=${HIL_SUITE:-tests/hil/run-guest.sh}
 TAG=
 EXTRA_ENV=()
+BLKLOG_a= BLKLOG_b=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--timeout) TIMEOUT=$2; shift 2 ;;
@@ -41,6 +44,12 @@ while [ $# -gt 0 ]; do
 	--suite) SUITE=$2; shift 2 ;;
 	--tag) TAG=$2; shift 2 ;;
 	--env) EXTRA_ENV+=("$2"); shift 2 ;;
+	--blklog)
+		case "$2" in
+		a=?* | b=?*) printf -v "BLKLOG_${2%%=*}" '%s' "${2#*=}" ;;
+		*) die "run-qemu.sh: --blklog takes a=LOG or b=LOG, not $2" ;;
+		esac
+		shift 2 ;;
 	--) shift; break ;;
 	-*) die "run-qemu.sh: unknown option $1" ;;
 	*) break ;;
@@ -117,15 +126,25 @@ trap cleanup EXIT
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
 
+# drive_opts ID IMAGE [LOG]: a raw drive, or with LOG the same image behind blklogwrites
+drive_opts() {
+	if [ -z "$3" ]; then
+		echo "file=$2,format=raw,if=none,id=$1,cache=writeback"
+		return
+	fi
+	: >"$3"
+	echo "driver=blklogwrites,file.driver=file,file.filename=$2,log.driver=file,log.filename=$(realpath "$3"),log-sector-size=512,if=none,id=$1,cache=writeback"
+}
+
 QEMU=(qemu-system-x86_64
 	-accel tcg -machine q35 -m 2G -smp 2
 	-nographic -monitor none -no-reboot -vga none -nic none
 	-kernel "$VMLINUZ" -initrd "$KD/initramfs.cpio.gz"
 	-append "console=ttyS0,115200 panic=-1 mitigations=off hil_env=$ENVF"
 	-serial "file:$CONSOLE" -serial "file:$RESULTS"
-	-drive "file=$IMG_A,format=raw,if=none,id=a,cache=writeback"
+	-drive "$(drive_opts a "$IMG_A" "$BLKLOG_a")"
 	-device nvme,serial=tuttiA,drive=a,addr=4
-	-drive "file=$IMG_B,format=raw,if=none,id=b,cache=writeback"
+	-drive "$(drive_opts b "$IMG_B" "$BLKLOG_b")"
 	-device nvme,serial=tuttiB,drive=b,cmb_size_mb=16,addr=5
 	-fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap
 	-device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot,addr=6
