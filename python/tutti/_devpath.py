@@ -342,7 +342,6 @@ def _attach_gio(store, torch, dev, n_queues, depth, n_threads, prp_only, warps_p
     p.n_queues, p.depth, p.n_threads = n_queues, depth, n_threads
     p.prp_only, p.warps_per_queue, p.rate_gbps = int(prp_only), warps_per_queue, rate_gbps
     out = b.ffi.new("struct tt_gio_path **")
-    b.check(b.lib.tt_emu_check_hw_queues(), "data path gio")
     b.check(b.lib.tt_gio_path_open_emu(owned.h, p, out), "data path gio")
     gp = out[0]
     return Attached("gio", dev, torch, gp, lambda o: o.binding.lib.tt_gio_path_close(gp))  # removes it first

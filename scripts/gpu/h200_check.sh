@@ -30,7 +30,7 @@ export TUTTI_GPU_LIB=$PWD/$B/libtutti_gpu.so PYTHONUNBUFFERED=1 TUTTI_GIO_WAIT_T
 fail=$c
 python3 -m tutti.cli gpu >"$OUT/admin_gpu.txt" 2>&1
 say "tutti-admin gpu: exit $? ($OUT/admin_gpu.txt)"
-for f in tests/test_gpu_hw_queues.py tests/test_gpu_store_py.py tests/test_worker_write_policy.py tests/test_prefill_gpu.py tests/test_tp_gpu.py; do
+for f in tests/test_gpu_controller_context.py tests/test_gpu_store_py.py tests/test_store_lifetime.py tests/test_cli_gpu.py tests/test_worker_write_policy.py tests/test_prefill_gpu.py tests/test_tp_gpu.py; do
 	n=$(basename "$f" .py)
 	timeout 240 python3 -m pytest -q -rs -p no:cacheprovider ${K:+-k "$K"} "$f" >"$OUT/py_$n.log" 2>&1
 	r=$?

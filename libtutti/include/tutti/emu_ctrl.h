@@ -95,36 +95,15 @@ struct tt_emu_stats {
 
 struct tt_emu;
 
-/*
- * CUDA hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS) the emulated
- * controller needs: its copies must not share a queue with kernels that
- * spin for their completions (hw_queues.cu says why).
- */
-#define TT_EMU_HW_QUEUES 32
-
-/**
- * tt_gpu_hw_queues() - hardware work queues this process's CUDA contexts get
- *
- * libtutti requests 32 when loaded before any CUDA context exists and
- * CUDA_DEVICE_MAX_CONNECTIONS is unset. Return: 1..32.
- */
-int tt_gpu_hw_queues(void);
-
-/**
- * tt_emu_check_hw_queues() - whether the emulated controller can run here
- *
- * Return: 0, or -EDEADLK (reason in tt_errmsg()) when fewer than
- * TT_EMU_HW_QUEUES queues and TUTTI_EMU_SHARED_QUEUES is not 1.
- */
-int tt_emu_check_hw_queues(void);
-
 /**
  * tt_emu_open() - create the controller and start its threads
  * @p: parameters
  * @out: the controller
  *
- * Uses the current CUDA device. Return: 0 or a negative errno; -EDEADLK:
- * too few CUDA hardware queues (tt_emu_check_hw_queues()).
+ * Uses the current CUDA device; the controller's copies run in a CUDA context
+ * of its own (emu_ctx.cuh), so they never wait in a hardware queue behind the
+ * kernels and streams that wait for them. Return: 0 or a negative errno
+ * (-ENOSYS: the driver lacks cuCtxCreate).
  */
 int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out);
 

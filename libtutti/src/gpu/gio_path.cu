@@ -476,21 +476,15 @@ static int gp_preload(cudaStream_t s)
 	return rc;
 }
 
-// TUTTI_GIO_DEBUG: the streams this path and its controller made, against
-// the hardware work queues they share (CUDA_DEVICE_MAX_CONNECTIONS).
+// TUTTI_GIO_DEBUG: the streams this path and its controller made.
 static void gp_log_streams(const struct tt_gio_path *p, const struct tt_emu *emu)
 {
-	unsigned ce = emu ? tt_emu_n_streams(emu) : 0, n = 2 + ce;
-	int conn = tt_gpu_hw_queues();
+	unsigned ce = emu ? tt_emu_n_streams(emu) : 0;
 
-	std::fprintf(stderr, "tutti gio_path: streams: path 2 (io, sum)%s%u = %u, "
-		     "CUDA hardware queues %d (CUDA_DEVICE_MAX_CONNECTIONS=%s): %s; CUDA_MODULE_LOADING=%s; "
-		     "wait timeout %s\n", emu ? " + its emulated controller " : " (no controller of its own) + ",
-		     ce, n, conn, gp_env("CUDA_DEVICE_MAX_CONNECTIONS", "(unset)"),
-		     (int)n > conn ? "streams share hardware queues (false dependencies possible)"
-				   : "one hardware queue each at most",
-		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"),
-		     p->wait_timeout_s > 0 ? "on" : "off");
+	std::fprintf(stderr, "tutti gio_path: streams: path 2 (io, sum)%s%u (its own CUDA context); "
+		     "CUDA_MODULE_LOADING=%s; wait timeout %.1f s\n",
+		     emu ? " + its emulated controller " : " (no controller of its own) + ", ce,
+		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"), p->wait_timeout_s);
 	std::fflush(stderr);
 }
 

@@ -53,9 +53,7 @@ static void gp_hang_report(const struct gp_txn *t, uint32_t layer, const char *w
 	std::fprintf(f, "tutti gio_path: HANG (report %u of this transaction): %s: layer %u of a "
 		     "%s transaction (%u blocks, %u moving) not done after %.1f s\n", t->hung + 1,
 		     where, layer, t->write ? "write" : "read", t->n, t->nm, waited);
-	std::fprintf(f, "gio_path: CUDA hardware queues %d (CUDA_DEVICE_MAX_CONNECTIONS=%s) "
-		     "CUDA_MODULE_LOADING=%s | streams: io %s, sum %s | ev_begin %s\n", tt_gpu_hw_queues(),
-		     gp_env("CUDA_DEVICE_MAX_CONNECTIONS", "(unset)"),
+	std::fprintf(f, "gio_path: CUDA_MODULE_LOADING=%s | streams: io %s, sum %s | ev_begin %s\n",
 		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"), gp_stream_str(p->io),
 		     gp_stream_str(p->sum), gp_query_str(t->ev_begin));
 	for (uint32_t l = 0; l < t->geo.n_layers; l++) {

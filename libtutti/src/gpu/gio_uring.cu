@@ -520,8 +520,8 @@ static const void *gio_dump_read(const void *src, size_t bytes, FILE *f)
 		if (d.count() > GIO_DUMP_WAIT_S) {
 			std::fprintf(f, "device copy did not finish in 2 s: the copy engine / "
 				     "runtime is stuck\n");
-			std::fprintf(f, "  (a new stream's copy queued behind a blocked hardware "
-				     "queue looks the same: see CUDA_DEVICE_MAX_CONNECTIONS)\n");
+			std::fprintf(f, "  (a new stream's copy queued behind a blocked CUDA "
+				     "hardware queue looks the same)\n");
 			gio_dump_buf = nullptr;	// the copy may still land in it
 			gio_dump_stuck = s;
 			return nullptr;

@@ -10,7 +10,6 @@ import ctypes
 import os
 
 import click
-from rich.markup import escape
 
 from .app import main
 from .common import EXIT_CODES, EXIT_OK, EXIT_PROBLEMS, _emit_json, make_console
@@ -66,26 +65,9 @@ def _green() -> dict:
     return {"ok": True, "detail": "cuda-bindings present (green contexts need a driver that has them)"}
 
 
-def _hw_queues() -> dict:
-    from ..gpu import hw_queues  # noqa: PLC0415
-    v = hw_queues.user_setting()
-    if v is None:
-        return {"ok": True, "value": None,
-                "detail": f"CUDA_DEVICE_MAX_CONNECTIONS unset: libtutti asks for {hw_queues.WANT} when it is "
-                          "loaded before CUDA starts; a process that starts CUDA first (vLLM's workers) "
-                          f"needs it exported ={hw_queues.WANT} for the gio path"}
-    try:
-        ok = int(v) >= hw_queues.WANT
-    except ValueError:
-        ok = False
-    return {"ok": ok, "value": v,
-            "detail": f"CUDA_DEVICE_MAX_CONNECTIONS={v}" + ("" if ok else f": the gio path's emulated controller "
-                                                                    f"needs {hw_queues.WANT}")}
-
-
 def survey() -> dict:
     """Every check, and per data path whether it would run here and why not."""
-    lib, cuda, cufile, green, hwq = _library(), _cuda(), _cufile(), _green(), _hw_queues()
+    lib, cuda, cufile, green = _library(), _cuda(), _cufile(), _green()
     base = [] if lib["ok"] else ["libtutti_gpu.so"]
     base += [] if cuda["ok"] else ["a CUDA device"]
     paths = {
@@ -93,11 +75,10 @@ def survey() -> dict:
                    "what": "members -> pinned host chunks -> HBM, checksums on the GPU"},
         "gds": {"ready": not base and cufile["ok"], "missing": base + ([] if cufile["ok"] else ["cuFile"]),
                 "what": "cuFile (GPUDirect Storage)"},
-        "gio": {"ready": not base and hwq["ok"],
-                "missing": base + ([] if hwq["ok"] else ["CUDA_DEVICE_MAX_CONNECTIONS=32"]),
-                "what": "GPU-built NVMe commands, emulated controller"},
+        "gio": {"ready": not base, "missing": base,
+                "what": "GPU-built NVMe commands, emulated controller (its own CUDA context)"},
     }
-    return {"library": lib, "cuda": cuda, "cufile": cufile, "green_contexts": green, "hw_queues": hwq, "paths": paths,
+    return {"library": lib, "cuda": cuda, "cufile": cufile, "green_contexts": green, "paths": paths,
             "vllm_gpu_kv_ready": paths["staged"]["ready"]}
 
 
@@ -127,7 +108,6 @@ def gpu_cmd(require, as_json):
             con.print(f"  cuda:{d['index']}  {d['name']}, {d['memory_gib']} GiB, {d['sms']} SMs", markup=False)
         con.print(f"cuFile            {mark[s['cufile']['ok']]}  {s['cufile']['detail']}")
         con.print(f"green contexts    {mark[s['green_contexts']['ok']]}  {s['green_contexts']['detail']}")
-        con.print(f"hardware queues   {mark[s['hw_queues']['ok']]}  {escape(s['hw_queues']['detail'])}")
         for name, p in s["paths"].items():
             state = "[green]ready[/green]" if p["ready"] else "[red]not ready[/red]: needs " + ", ".join(p["missing"])
             con.print(f"data path {name:<7} {state}  ({p['what']})")

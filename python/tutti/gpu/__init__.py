@@ -11,10 +11,6 @@ The library is found through $TUTTI_GPU_LIB or build/libtutti_gpu.so in the
 checkout (``make gpu-lib``); it is loaded on first use, so importing this
 package never fails for want of it.  Import torch first (one CUDA runtime).
 """
-from . import hw_queues
-
-hw_queues.request()  # before anything here can start CUDA
-
 from ._ffi import GpuLibraryMissing, library_path, lib
 from .domains import Domains
 from .emu import EmulatedController

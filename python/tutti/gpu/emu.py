@@ -33,7 +33,6 @@ class EmulatedController:
         p.list_chunks = 0
         p.rate_gbps = rate_gbps
         out = ffi.new("struct tt_emu **")
-        check(lib().tt_emu_check_hw_queues(), "tt_emu_open", errmsg=True)
         check(lib().tt_emu_open(p, out), "tt_emu_open")
         self._c = out[0]
         # Dropped without close(): the threads stop and the memory is freed all the same.

@@ -1,0 +1,95 @@
+"""The emulated controller makes progress whatever the GPU's hardware queues hold (needs a CUDA device).
+
+Its copies run in a CUDA context of its own (libtutti/src/gpu/emu_ctx.cuh).  Before that, they shared the
+primary context's hardware queues with the gio kernels that wait for them and with compute streams waiting
+on those: on the H200 the layer-order read hung in 6 of 12 processes with 32 queues, and at once with
+CUDA_DEVICE_MAX_CONNECTIONS=1 (docs/gpu.md).  Here CUDA starts before libtutti is loaded, with ONE
+hardware queue for the whole primary context, and a layer-wise read is ordered before compute on the GPU
+five times over: every layer must land, bit-exact, within the bound.  Then a controller that stops
+answering: the read fails within TUTTI_GIO_WAIT_TIMEOUT_S with an I/O error (the blocks stay stored),
+and the fenced path refuses the next transaction.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    import torch
+    torch.cuda.init(); torch.zeros(1, device="cuda")   # CUDA first, with the environment's queue count
+    sys.path.insert(0, sys.argv[1])
+    import test_gpu_store_py as t
+    from tutti.errors import TuttiError
+    from tutti.gpu import GpuStore, lib
+    from tutti.gpu.store import DeviceKV
+
+    L, nb = t.L, 96
+    compute = torch.cuda.Stream()
+    with t._Dir() as d:
+        t._format(d.paths, n_slots=256)
+        cache = t._cache(torch, "cuda", nb=2 * nb, seed=3)
+        src, dst = list(range(nb)), list(range(nb, 2 * nb))
+        idx = torch.tensor(dst, device="cuda")
+        got = torch.zeros((L, t.S, nb, t.BS, t.KVH, t.HD), dtype=torch.bfloat16, device="cuda")
+        with GpuStore.open(d.paths, expect=t._fp()) as s:
+            s.attach("gio", n_queues=4, depth=64, n_threads=2, rate_gbps=2.0)
+            kv = DeviceKV.from_tensor(cache)
+            keys = [f"c{i}" for i in range(nb)]
+            assert s.write(keys, kv, src).transfer() == [0] * nb
+            for rnd in range(5):
+                cache[:, :, nb:] = 0
+                torch.cuda.synchronize()
+                tx = s.read(s.lookup(keys), kv, dst)
+                for layer in range(L):
+                    tx.layer(layer)
+                    tx.order(layer, compute)
+                    with torch.cuda.stream(compute):
+                        got[layer].copy_(cache[layer].index_select(1, idx))
+                compute.synchronize()
+                assert tx.finish() == [0] * nb
+                assert torch.equal(got, cache[:, :, :nb]), f"round {rnd}: compute ran before its layer landed"
+            print("ROUNDS OK", flush=True)
+
+            # The controller stops answering (halted, like a dead SSD).
+            lib().tt_emu_halt(lib().tt_gio_path_emu(s._owned.path.ctx))
+            t0 = time.monotonic()
+            tx = s.read(s.lookup(keys), kv, dst)
+            failed = False
+            try:
+                for layer in range(L):
+                    tx.layer(layer)
+                status = tx.finish()
+                failed = all(st != 0 for st in status)
+            except TuttiError as e:
+                failed = True
+                print("read failed:", e, flush=True)
+            dt = time.monotonic() - t0
+            assert failed and dt < 30, (failed, dt)
+            assert all(x is not None for x in s.lookup(keys)), "an I/O error dropped stored blocks"
+            try:
+                s.read(s.lookup(keys[:1]), kv, dst[:1])
+                raise AssertionError("the fenced path accepted a new transaction")
+            except TuttiError as e:
+                assert "detach and attach" in str(e), e
+            print("FENCE OK", round(dt, 1), flush=True)
+""")
+
+
+def test_progress_with_one_hardware_queue_and_a_fence_when_the_controller_stops(tmp_path, gpu_lib):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    script = tmp_path / "ctx.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="1", TUTTI_GIO_WAIT_TIMEOUT_S="3",
+               PYTHONUNBUFFERED="1")
+    p = subprocess.run([sys.executable, str(script), HERE], env=env, capture_output=True, text=True,
+                       timeout=180)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert "ROUNDS OK" in p.stdout and "FENCE OK" in p.stdout
