@@ -229,7 +229,8 @@ static void emu_thread_run(struct tt_emu *e, unsigned id)
 
 	for (size_t q = id; q < e->qs.size(); q += e->p.n_threads)
 		mine.push_back(e->qs[q]);
-	if (emu_drv.CtxSetCurrent(e->ctx) != CUDA_SUCCESS) {
+	if (e->ctx ? emu_drv.CtxSetCurrent(e->ctx) != CUDA_SUCCESS :
+		     cudaSetDevice(e->device) != cudaSuccess) {
 		e->thread_err.store(-EIO);
 		return;
 	}
@@ -325,11 +326,11 @@ extern "C" void tt_emu_halt(struct tt_emu *c)
 		if (t.joinable())
 			t.join();
 	// Copies already handed to the engines land now, then nothing moves.
-	if (c->ctx && emu_ctx_enter(c->ctx)) {
+	if (emu_ctx_enter(c->ctx)) {
 		for (emu_worker &w : c->workers)
 			if (w.stream)
 				cudaStreamSynchronize(w.stream);
-		emu_ctx_leave();
+		emu_ctx_leave(c->ctx);
 	}
 }
 
@@ -340,7 +341,7 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	if (!c)
 		return;
 	tt_emu_halt(c);
-	if (c->ctx && emu_ctx_enter(c->ctx)) {
+	if (emu_ctx_enter(c->ctx)) {
 		for (emu_worker &w : c->workers) {
 			if (w.stream)
 				cudaStreamDestroy(w.stream);
@@ -348,7 +349,7 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 				if (b.done)
 					cudaEventDestroy(b.done);
 		}
-		emu_ctx_leave();
+		emu_ctx_leave(c->ctx);
 	}
 	for (emu_worker &w : c->workers)
 		for (emu_batch &b : w.b)
@@ -586,7 +587,7 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 			for (emu_worker &w : c->workers)
 				if (!rc)
 					rc = emu_worker_init(c, w);
-			emu_ctx_leave();
+			emu_ctx_leave(c->ctx);
 		} else {
 			rc = -EIO;
 		}

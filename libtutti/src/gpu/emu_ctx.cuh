@@ -46,13 +46,17 @@ static bool emu_drv_load(void)
 	       tt_drv_sym("cuCtxSetCurrent", &emu_drv.CtxSetCurrent);
 }
 
-// The controller's context on @device. Return: 0, -ENOSYS (driver too old), -EIO.
+// The controller's context on @device (TUTTI_EMU_CONTEXT=primary: none, the
+// caller's, for comparison). Return: 0, -ENOSYS (driver too old), -EIO.
 static int emu_ctx_create(int device, CUcontext *out)
 {
+	const char *which = std::getenv("TUTTI_EMU_CONTEXT");
 	CUdevice dev;
 	CUcontext ctx = nullptr, prev = nullptr;
 
 	*out = nullptr;
+	if (which && !std::strcmp(which, "primary"))
+		return 0;
 	if (!emu_drv_load())
 		return -ENOSYS;
 	if (emu_drv.DeviceGet(&dev, device) != CUDA_SUCCESS ||
@@ -67,14 +71,15 @@ static int emu_ctx_create(int device, CUcontext *out)
 // Run the next runtime calls of this thread in @ctx until emu_ctx_leave().
 static bool emu_ctx_enter(CUcontext ctx)
 {
-	return emu_drv.CtxPushCurrent(ctx) == CUDA_SUCCESS;
+	return !ctx || emu_drv.CtxPushCurrent(ctx) == CUDA_SUCCESS;
 }
 
-static void emu_ctx_leave(void)
+static void emu_ctx_leave(CUcontext ctx)
 {
 	CUcontext prev;
 
-	emu_drv.CtxPopCurrent(&prev);
+	if (ctx)
+		emu_drv.CtxPopCurrent(&prev);
 }
 
 #endif /* TT_EMU_CTX_CUH */

@@ -28,10 +28,10 @@ static const char *emu_query_str(const struct tt_emu *c, cudaEvent_t ev)
 
 	if (!ev)
 		return "no event";
-	if (!c->ctx || !emu_ctx_enter(c->ctx))
+	if (!emu_ctx_enter(c->ctx))
 		return "controller context unavailable";
 	s = tt_cuda_query_name(cudaEventQuery(ev), "cudaSuccess", "cudaErrorNotReady");
-	emu_ctx_leave();
+	emu_ctx_leave(c->ctx);
 	return s;
 }
 

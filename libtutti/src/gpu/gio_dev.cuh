@@ -207,12 +207,11 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		t = base + lane;
 		slot = (uint32_t)(t % depth);
 		gen = (uint32_t)(t / depth);
+		/* The stop word is read only while waiting: no host read on the fast path. */
 		while (gio_ld32(&q->slot_gen[slot]) != gen && !gio_stopped(a))
 			__nanosleep(64);
 		while (t - gio_ld64(&q->sq_head) >= depth - 1 && !gio_stopped(a))
 			__nanosleep(64);
-	}
-	if (lane < cnt && !gio_stopped(a)) {
 		gio_iocb(a, k, &io);
 		if (gio_build_sqe(a, q, slot, &io, &sqe)) {
 			/* Fail closed: the controller answers Invalid Opcode. */
@@ -228,16 +227,12 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		tt_wmb();
 	}
 	__syncwarp();
-	/*
-	 * Stopped: ring nothing (a lane may have skipped its entry, and the
-	 * controller must not fetch a stale one); @stop never goes back to 0,
-	 * so a lane that skipped implies lane 0 sees it here.
-	 */
-	if (lane == 0 && !gio_stopped(a)) {
+	/* Stopped before our turn came: ring nothing (the controller is being fenced). */
+	if (lane == 0) {
 		while (gio_ld64(&q->published) != base && !gio_stopped(a))
 			;
 	}
-	if (lane == 0 && !gio_stopped(a)) {
+	if (lane == 0 && gio_ld64(&q->published) == base) {
 		view.ring = q->sq;
 		view.db = q->sq_db;
 		view.depth = depth;
