@@ -1,4 +1,4 @@
-"""The emulated controller makes progress whatever the GPU's hardware queues hold (needs a CUDA device).
+"""The emulated controller makes progress with CUDA started first and its queues busy (needs a CUDA device).
 
 Its copies run in a CUDA context of its own (libtutti/src/gpu/emu_ctx.cuh).  Before that, they shared the
 primary context's hardware queues with the gio kernels that wait for them and with compute streams waiting
@@ -6,9 +6,7 @@ on those: on the H200 the layer-order read hung in 6 of 12 processes with 32 que
 with CUDA's default 8 the controller was refused.  Here CUDA starts before libtutti is loaded (as in vLLM's
 workers), with CUDA's default hardware queues, and a layer-wise read is ordered before compute on the GPU
 five times over: every layer must land, bit-exact, within the bound.  (CUDA_DEVICE_MAX_CONNECTIONS=1 still
-stalls the controller's copies on the H200, cause unknown; the stall is bounded and fenced: docs/gpu.md.)  Then a controller that stops
-answering: the read fails within TUTTI_GIO_WAIT_TIMEOUT_S with an I/O error (the blocks stay stored),
-and the fenced path refuses the next transaction.
+stalls the controller's copies on the H200, cause unknown: docs/gpu.md.)
 """
 import os
 import subprocess
@@ -22,12 +20,11 @@ torch = pytest.importorskip("torch")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 SCRIPT = textwrap.dedent("""
-    import os, sys, time
+    import sys
     import torch
     torch.cuda.init(); torch.zeros(1, device="cuda")   # CUDA first, with the environment's queue count
     sys.path.insert(0, sys.argv[1])
     import test_gpu_store_py as t
-    from tutti.errors import TuttiError
     from tutti.gpu import GpuStore, lib
     from tutti.gpu.store import DeviceKV
 
@@ -58,39 +55,17 @@ SCRIPT = textwrap.dedent("""
                 assert torch.equal(got, cache[:, :, :nb]), f"round {rnd}: compute ran before its layer landed"
             print("ROUNDS OK", flush=True)
 
-            # The controller stops answering (halted, like a dead SSD).
-            lib().tt_emu_halt(lib().tt_gio_path_emu(s._owned.path.ctx))
-            t0 = time.monotonic()
-            tx = s.read(s.lookup(keys), kv, dst)
-            failed = False
-            try:
-                for layer in range(L):
-                    tx.layer(layer)
-                status = tx.finish()
-                failed = all(st != 0 for st in status)
-            except TuttiError as e:
-                failed = True
-                print("read failed:", e, flush=True)
-            dt = time.monotonic() - t0
-            assert failed and dt < 30, (failed, dt)
-            assert all(x is not None for x in s.lookup(keys)), "an I/O error dropped stored blocks"
-            try:
-                s.read(s.lookup(keys[:1]), kv, dst[:1])
-                raise AssertionError("the fenced path accepted a new transaction")
-            except TuttiError as e:
-                assert "detach and attach" in str(e), e
-            print("FENCE OK", round(dt, 1), flush=True)
 """)
 
 
-def test_progress_with_cuda_started_first_and_a_fence_when_the_controller_stops(tmp_path, gpu_lib):
+def test_progress_with_cuda_started_first(tmp_path, gpu_lib):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     script = tmp_path / "ctx.py"
     script.write_text(SCRIPT)
-    env = dict(os.environ, TUTTI_GIO_WAIT_TIMEOUT_S="3", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, TUTTI_GIO_WAIT_TIMEOUT_S="20", PYTHONUNBUFFERED="1")
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
     p = subprocess.run([sys.executable, str(script), HERE], env=env, capture_output=True, text=True,
                        timeout=180)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    assert "ROUNDS OK" in p.stdout and "FENCE OK" in p.stdout
+    assert "ROUNDS OK" in p.stdout

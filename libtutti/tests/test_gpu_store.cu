@@ -520,67 +520,6 @@ static void run_case(const char *what, const char *root, unsigned nmem,
 	rig_close(&r);
 }
 
-// The controller stops answering mid-read (halted, as a dead SSD): every wait
-// returns within its bound, the compute stream ordered after the layers goes on,
-// the blocks fail with an I/O error (never judged corrupt: the slots stay
-// committed), and the path, fenced, refuses new transactions.
-static void test_hung_controller(const struct tt_gio_path_params *pp)
-{
-	const unsigned nb = 8;
-	struct rig r = {};
-	std::vector<uint8_t> keys((size_t)nb * TT_KEY_BYTES);
-	std::vector<uint32_t> ids = shuffled_ids(nb, 77);
-	std::vector<int32_t> st(nb);
-	std::vector<int64_t> slots(nb);
-	cudaStream_t compute;
-	struct tt_txn *t;
-	int rc, w = 0, bad = 0;
-
-	setenv("TUTTI_GIO_WAIT_TIMEOUT_S", "2", 1);
-	rc = rig_open(&r, "hung controller", "/tmp", 1, pp);
-	unsetenv("TUTTI_GIO_WAIT_TIMEOUT_S");
-	if (!tap_ok(rc == 0, "[hung] store with the gio path (%s)", rc ? tt_errmsg() : "ok"))
-		return;
-	watched = &r;
-	for (unsigned i = 0; i < nb; i++)
-		key_of(7000 + i, &keys[(size_t)i * TT_KEY_BYTES]);
-	gpu_fill(r.gbuf, r.gbytes, 7);
-	tt_store_write_begin(r.s, keys.data(), nb, &t);
-	tt_txn_bind_device(t, ids.data());
-	tap_eq(run_layers(&r, t, st.data()), nb, "[hung] %u blocks stored while it answers", nb);
-	tt_emu_halt(tt_gio_path_emu(r.gp));
-	cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking);
-	tt_store_lookup(r.s, keys.data(), nb, slots.data());
-	auto t0 = std::chrono::steady_clock::now();
-	tt_store_read_begin(r.s, slots.data(), nb, &t);
-	tt_txn_bind_device(t, ids.data());
-	for (uint32_t l = 0; l < L; l++)
-		if (!tt_txn_layer(t, l, &r.map, nullptr))
-			tt_txn_layer_order(t, l, compute);
-	for (uint32_t l = 0; l < L; l++)
-		w += tt_txn_wait_layer(t, l) != 0;
-	rc = tt_txn_finish(t, st.data());
-	double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-	tap_ok(w == (int)L && rc == 0 && secs < 30, "[hung] every wait failed (%d of %u), none "
-	       "succeeded, within %.1f s", w, L, secs);
-	for (unsigned i = 0; i < nb; i++)
-		bad += st[i] != -EIO && st[i] != -ETIMEDOUT;
-	tap_eq(bad, 0, "[hung] every block failed with an I/O error (block 0: %d)", st[0]);
-	tap_eq(gpu_sync_or_die(compute, 10), 0, "[hung] the compute stream ordered after the "
-	       "layers went on");
-	tap_eq(tt_store_lookup(r.s, keys.data(), nb, slots.data()), nb,
-	       "[hung] no block judged corrupt: all still stored");
-	rc = tt_store_read_begin(r.s, slots.data(), nb, &t);
-	if (!rc)
-		rc = tt_txn_bind_device(t, ids.data());
-	tap_ok(rc == -EIO, "[hung] the fenced path refuses a new transaction (%d: %s)", rc,
-	       tt_errmsg());
-	tt_txn_abort(t);
-	cudaStreamDestroy(compute);
-	watched = nullptr;
-	rig_close(&r);
-}
-
 int main(void)
 {
 	setvbuf(stdout, nullptr, _IOLBF, 0);	// a killed run keeps what it printed
@@ -605,6 +544,5 @@ int main(void)
 	run_case("2 members, PRP", "/dev/shm", 2, &prp, 40, false, false);
 	run_case("2 members, 16 queues x 64", "/tmp", 2, &small, 200, true, false);
 	run_case("1 member, timing", "/tmp", 1, &sgl, 8, false, true);
-	test_hung_controller(&small);
 	return tap_done();
 }

@@ -107,15 +107,6 @@ struct tt_emu;
  */
 int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out);
 
-/**
- * tt_emu_halt() - stop serving, for good: the controller's threads end and the
- * copies they started land; from then on no command moves data (the fence
- * before memory that commands named may be reused). Idempotent; the queues
- * stay mapped until tt_emu_close().
- * @c: the controller
- */
-void tt_emu_halt(struct tt_emu *c);
-
 /** tt_emu_close() - stop the threads and free everything. */
 void tt_emu_close(struct tt_emu *c);
 

@@ -153,22 +153,6 @@ int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out);
 void tt_gio_close(struct tt_gio *g);
 
 /**
- * tt_gio_stop() - make every kernel of @g leave its waits, for good
- * @g: the handle
- *
- * For a controller that stopped answering: the submit and wait kernels end
- * instead of spinning (their batches stay incomplete), so the streams behind
- * them, and the caller's waits, go on. Nothing more is submitted on @g: its
- * launches fail with -ESHUTDOWN. The controller must still be fenced (its
- * queues deleted, or an emulated one halted) before the memory its commands
- * name is reused.
- */
-void tt_gio_stop(struct tt_gio *g);
-
-/** tt_gio_stopped() - whether tt_gio_stop() was called on @g. */
-int tt_gio_stopped(const struct tt_gio *g);
-
-/**
  * tt_gio_batch_create() - allocate a reusable batch
  * @g: handle
  * @max_cmds: largest number of commands it will hold

@@ -317,34 +317,21 @@ static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 	return 0;
 }
 
-extern "C" void tt_emu_halt(struct tt_emu *c)
-{
-	if (!c)
-		return;
-	c->stop.store(true);
-	for (std::thread &t : c->threads)
-		if (t.joinable())
-			t.join();
-	// Copies already handed to the engines land now, then nothing moves.
-	if (emu_ctx_enter(c->ctx)) {
-		for (emu_worker &w : c->workers)
-			if (w.stream)
-				cudaStreamSynchronize(w.stream);
-		emu_ctx_leave(c->ctx);
-	}
-}
-
 extern "C" void tt_emu_close(struct tt_emu *c)
 {
 	unsigned i;
 
 	if (!c)
 		return;
-	tt_emu_halt(c);
+	c->stop.store(true);
+	for (std::thread &t : c->threads)
+		t.join();
 	if (emu_ctx_enter(c->ctx)) {
 		for (emu_worker &w : c->workers) {
-			if (w.stream)
+			if (w.stream) {
+				cudaStreamSynchronize(w.stream);	// a stop mid-batch
 				cudaStreamDestroy(w.stream);
+			}
 			for (emu_batch &b : w.b)
 				if (b.done)
 					cudaEventDestroy(b.done);

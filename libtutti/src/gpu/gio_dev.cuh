@@ -77,15 +77,7 @@ struct gio_kargs {
 	uint16_t *status;		/* n entries */
 	unsigned *done;			/* completions counter */
 	unsigned target;		/* *done value when the batch is complete */
-	const unsigned *stop;		/* host-mapped: nonzero = leave every wait (tt_gio_stop) */
 };
-
-/* Every spin loop also leaves when the host stops the queues (a controller
- * that stopped answering): the kernels end, and the streams behind them go on. */
-static __device__ __forceinline__ bool gio_stopped(const struct gio_kargs &a)
-{
-	return *(const volatile unsigned *)a.stop != 0;
-}
 
 static __device__ __forceinline__ unsigned long long
 gio_ld64(const unsigned long long *p)
@@ -207,10 +199,9 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		t = base + lane;
 		slot = (uint32_t)(t % depth);
 		gen = (uint32_t)(t / depth);
-		/* The stop word is read only while waiting: no host read on the fast path. */
-		while (gio_ld32(&q->slot_gen[slot]) != gen && !gio_stopped(a))
+		while (gio_ld32(&q->slot_gen[slot]) != gen)
 			__nanosleep(64);
-		while (t - gio_ld64(&q->sq_head) >= depth - 1 && !gio_stopped(a))
+		while (t - gio_ld64(&q->sq_head) >= depth - 1)
 			__nanosleep(64);
 		gio_iocb(a, k, &io);
 		if (gio_build_sqe(a, q, slot, &io, &sqe)) {
@@ -227,12 +218,9 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		tt_wmb();
 	}
 	__syncwarp();
-	/* Stopped before our turn came: ring nothing (the controller is being fenced). */
 	if (lane == 0) {
-		while (gio_ld64(&q->published) != base && !gio_stopped(a))
+		while (gio_ld64(&q->published) != base)
 			;
-	}
-	if (lane == 0 && gio_ld64(&q->published) == base) {
 		view.ring = q->sq;
 		view.db = q->sq_db;
 		view.depth = depth;

@@ -66,16 +66,10 @@ struct tt_gio_path {
 	uint32_t lba_shift;
 	cudaStream_t io, sum;
 	struct gp_txn *pool;
-	// Every wait polls and gives up after this long (TUTTI_GIO_WAIT_TIMEOUT_S,
-	// default GP_WAIT_TIMEOUT_S), dumping the state on stderr; then the path
-	// is fenced (gp_fence) and refuses new transactions.
+	// TUTTI_GIO_WAIT_TIMEOUT_S (> 0): waits poll and give up after this
+	// long, dumping the state on stderr; 0: cudaEventSynchronize.
 	double wait_timeout_s;
-	bool dead;			// a transaction timed out: fenced, no new ones
-	bool fenced;			// ... and nothing of it can move data any more
 };
-
-#define GP_WAIT_TIMEOUT_S 60.0	// a layer of a healthy path takes milliseconds
-#define GP_DRAIN_S 10.0		// the stopped kernels leaving, at most
 
 // Fold a layer's command status into per-block flags and a layer count.
 // Command k of a layer batch is (block k / n_spans, span k % n_spans).
@@ -195,9 +189,6 @@ static int gp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn)
 	uint32_t *hi;
 	int rc;
 
-	if (p->dead)
-		return tt_seterr(-EIO, "gio path: stopped after a transaction hung (report on "
-				 "stderr); detach and attach the path again");
 	if (g->n_spans == 0 || g->n_spans > TT_GPU_SUM_MAX_SPANS ||
 	    (g->span_bytes & ((1u << p->lba_shift) - 1)))
 		return -EINVAL;
@@ -354,18 +345,23 @@ static int gp_wait(void *txn, uint32_t layer)
 
 	if (layer >= t->geo.n_layers || t->st[layer] == GP_IDLE)
 		return -EINVAL;
-	int rc = gp_timed(t, t->ev_done[layer], layer, "wait");
+	if (t->p->wait_timeout_s > 0) {
+		int rc = gp_timed(t, t->ev_done[layer], layer, "wait");
 
-	if (rc == -ETIMEDOUT)
-		return rc;
-	if (rc || t->st[layer] == GP_FAILED)
+		if (rc == -ETIMEDOUT)
+			return rc;
+		if (rc || t->st[layer] == GP_FAILED)
+			return -EIO;
+		return t->h_lerr[layer] ? -EIO : 0;
+	}
+	if (gp_err(cudaEventSynchronize(t->ev_done[layer])) || t->st[layer] == GP_FAILED)
 		return -EIO;
 	return t->h_lerr[layer] ? -EIO : 0;
 }
 
-// -ETIMEDOUT at the first event that did not complete in time (gp_timed()
-// reports it and fences the path).
-static int gp_sync_all(struct gp_txn *t)
+// With a timeout: -ETIMEDOUT at the first event that did not complete in
+// time (gp_timed() reports it).
+static int gp_sync_all_timed(struct gp_txn *t)
 {
 	int rc = gp_timed(t, t->ev_begin, 0, "the lists' upload (begin)");
 
@@ -382,6 +378,18 @@ static int gp_sync_all(struct gp_txn *t)
 		if (r)
 			rc = -EIO;
 	}
+	return rc;
+}
+
+static int gp_sync_all(struct gp_txn *t)
+{
+	if (t->p->wait_timeout_s > 0)
+		return gp_sync_all_timed(t);
+	int rc = gp_err(cudaEventSynchronize(t->ev_begin));
+
+	for (uint32_t l = 0; l < t->geo.n_layers; l++)
+		if (t->st[l] != GP_IDLE && gp_err(cudaEventSynchronize(t->ev_done[l])))
+			rc = -EIO;
 	return rc;
 }
 
@@ -433,8 +441,8 @@ static void gp_end(void *txn)
 {
 	struct gp_txn *t = (struct gp_txn *)txn;
 
-	if (gp_sync_all(t) == -ETIMEDOUT || (t->p->dead && !t->p->fenced)) {
-		// Maybe still in flight: its memory must not be reused or freed.
+	if (gp_sync_all(t) == -ETIMEDOUT) {
+		// Still in flight: its memory must not be reused or freed.
 		std::fprintf(stderr, "tutti gio_path: a hung transaction's state is left "
 			     "allocated (not pooled)\n");
 		return;
@@ -482,9 +490,10 @@ static void gp_log_streams(const struct tt_gio_path *p, const struct tt_emu *emu
 	unsigned ce = emu ? tt_emu_n_streams(emu) : 0;
 
 	std::fprintf(stderr, "tutti gio_path: streams: path 2 (io, sum)%s%u (its own CUDA context); "
-		     "CUDA_MODULE_LOADING=%s; wait timeout %.1f s\n",
+		     "CUDA_MODULE_LOADING=%s; wait timeout %s\n",
 		     emu ? " + its emulated controller " : " (no controller of its own) + ", ce,
-		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"), p->wait_timeout_s);
+		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"),
+		     p->wait_timeout_s > 0 ? "on" : "off (TUTTI_GIO_WAIT_TIMEOUT_S unset)");
 	std::fflush(stderr);
 }
 
@@ -505,15 +514,15 @@ static int gp_open(struct tt_gio *g, uint32_t nsid_base, uint32_t lba_shift,
 	p->nsid_base = nsid_base;
 	p->lba_shift = lba_shift;
 	p->wait_timeout_s = to ? std::strtod(to, nullptr) : 0;
-	if (!(p->wait_timeout_s > 0) || !(p->wait_timeout_s < 1e6))
-		p->wait_timeout_s = GP_WAIT_TIMEOUT_S;	// no wait is unbounded
+	if (!(p->wait_timeout_s > 0))
+		p->wait_timeout_s = 0;
 	rc = gp_err(cudaStreamCreateWithFlags(&p->io, cudaStreamNonBlocking));
 	if (!rc)
 		rc = gp_err(cudaStreamCreateWithFlags(&p->sum, cudaStreamNonBlocking));
 	if (!rc)
 		rc = gp_preload(p->io);
 	// A dump during a hang then allocates nothing.
-	if (!rc && tt_gio_dump_prepare())
+	if (!rc && p->wait_timeout_s > 0 && tt_gio_dump_prepare())
 		std::fprintf(stderr, "tutti gio_path: no pinned memory for a hang dump\n");
 	if (rc) {
 		tt_gio_path_close(p);

@@ -84,46 +84,11 @@ static void gp_hang_report(const struct gp_txn *t, uint32_t layer, const char *w
 	std::fflush(f);
 }
 
-// A wait timed out: the controller stopped answering (or never got our
-// commands). Stop the queues' kernels, which then leave their waits, so the
-// streams behind them (and the caller's compute waiting on a layer) go on;
-// halt our own emulated controller, after which nothing moves data; wait a
-// bounded time for the path's streams to drain. Only a fenced path's memory
-// may be reused; a path over a controller it does not own stays unfenced (its
-// queues are deleted elsewhere) and leaks what its commands named.
-static void gp_fence(struct tt_gio_path *p)
-{
-	auto t0 = std::chrono::steady_clock::now();
-	bool drained = false;
-
-	if (p->dead)
-		return;
-	p->dead = true;
-	tt_gio_stop(p->g);
-	if (p->emu)
-		tt_emu_halt(p->emu);
-	while (!drained) {
-		std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
-
-		drained = cudaStreamQuery(p->io) == cudaSuccess && cudaStreamQuery(p->sum) == cudaSuccess;
-		if (drained || d.count() > GP_DRAIN_S)
-			break;
-		std::this_thread::sleep_for(std::chrono::milliseconds(1));
-	}
-	cudaGetLastError();
-	p->fenced = drained && p->emu;
-	std::fprintf(stderr, "tutti gio_path: fenced after a hang: kernels stopped, %s, streams %s; "
-		     "the path refuses new transactions\n",
-		     p->emu ? "emulated controller halted" : "controller not ours (not halted)",
-		     drained ? "drained" : "NOT drained");
-}
-
 // Wait for @ev with the timeout; once the transaction hung, later waits get
 // 1 s, and only the first two timeouts dump (the second shows what moved).
-// The first timeout fences the path.
 static int gp_timed(struct gp_txn *t, cudaEvent_t ev, uint32_t layer, const char *where)
 {
-	double secs = t->hung || t->p->dead ? 1.0 : t->p->wait_timeout_s;
+	double secs = t->hung ? 1.0 : t->p->wait_timeout_s;
 	int rc = gp_poll_event(ev, secs);
 
 	if (rc != -ETIMEDOUT)
@@ -131,12 +96,8 @@ static int gp_timed(struct gp_txn *t, cudaEvent_t ev, uint32_t layer, const char
 	if (t->hung < 2)
 		gp_hang_report(t, layer, where, secs);
 	t->hung++;
-	gp_fence(t->p);
-	if (gp_poll_event(ev, 1.0) != -ETIMEDOUT)
-		rc = -EIO;	// the stopped kernels left: the layer failed
-	return tt_seterr(rc, "gio path: %s: layer %u not done after %.1f s "
-			 "(TUTTI_GIO_WAIT_TIMEOUT_S; state dumped on stderr; the path is fenced)",
-			 where, layer, secs);
+	return tt_seterr(-ETIMEDOUT, "gio path: %s: layer %u not done after %.1f s "
+			 "(TUTTI_GIO_WAIT_TIMEOUT_S; state dumped on stderr)", where, layer, secs);
 }
 
 #endif /* TT_GIO_PATH_HANG_CUH */

@@ -35,8 +35,6 @@ struct tt_gio {
 	// counter zeroed late resets under a running batch, which then spins
 	// forever.
 	cudaStream_t ctl;
-	// Host-mapped stop word every kernel's waits read (tt_gio_stop()).
-	unsigned *stop_host, *stop_dev;
 };
 
 struct tt_gio_batch {
@@ -76,7 +74,7 @@ __global__ void gio_issue_kernel(struct gio_kargs a)
 // wait_cqe: blockIdx.x = queue, one warp polls until the batch is done.
 __global__ void gio_wait_kernel(struct gio_kargs a)
 {
-	while (!gio_batch_done(a) && !gio_stopped(a))
+	while (!gio_batch_done(a))
 		if (!gio_reap_round(&a.qs[blockIdx.x]))
 			__nanosleep(128);
 }
@@ -104,8 +102,6 @@ __global__ void gio_submit_wait_kernel(struct gio_kargs a)
 			if (*(volatile unsigned *)&submitters_left == 0 &&
 			    gio_ld64(&q->reaped) == gio_ld64(&q->ticket))
 				break;
-			if (gio_stopped(a))
-				break;	// the submitters leave too
 			__nanosleep(64);
 		}
 	}
@@ -154,8 +150,6 @@ extern "C" void tt_gio_close(struct tt_gio *g)
 		cudaFree(p);
 	if (g->ctl)
 		cudaStreamDestroy(g->ctl);
-	if (g->stop_host)
-		cudaFreeHost(g->stop_host);
 	delete g;
 }
 
@@ -187,14 +181,6 @@ extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
 		tt_gio_close(g);
 		return -EIO;
 	}
-	if (cudaHostAlloc((void **)&g->stop_host, sizeof(unsigned),
-			  cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
-	    cudaHostGetDevicePointer((void **)&g->stop_dev, g->stop_host, 0) != cudaSuccess) {
-		cudaGetLastError();
-		tt_gio_close(g);
-		return -ENOMEM;
-	}
-	*(volatile unsigned *)g->stop_host = 0;
 	hq.resize(g->nq);
 	for (i = 0; i < g->nq && !rc; i++) {
 		const struct tt_gio_qmem *m = &p->qmem[i];
@@ -348,18 +334,6 @@ static void gio_args(const struct tt_gio_batch *b, struct gio_kargs *a)
 	a->status = b->status;
 	a->done = b->done;
 	a->target = b->target;
-	a->stop = g->stop_dev;
-}
-
-extern "C" void tt_gio_stop(struct tt_gio *g)
-{
-	if (g && g->stop_host)
-		__atomic_store_n(g->stop_host, 1u, __ATOMIC_RELEASE);
-}
-
-extern "C" int tt_gio_stopped(const struct tt_gio *g)
-{
-	return g && g->stop_host && __atomic_load_n(g->stop_host, __ATOMIC_ACQUIRE);
 }
 
 // Launch a kernel that submits @b's commands: the kernel waits for the batch's
@@ -372,8 +346,6 @@ static int gio_launch(void (*kernel)(struct gio_kargs), struct tt_gio *g, struct
 	struct gio_kargs a;
 	int rc;
 
-	if (tt_gio_stopped(g))
-		return -ESHUTDOWN;
 	gio_args(b, &a);
 	a.target = b->target + b->n;
 	rc = gio_cuda_err(tt_launch(kernel, g->nq, threads, (cudaStream_t)stream, a));
@@ -405,8 +377,6 @@ extern "C" int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
 
 	if (!g || !b || b->g != g || b->n == 0)
 		return -EINVAL;
-	if (tt_gio_stopped(g))
-		return -ESHUTDOWN;
 	gio_args(b, &a);
 	return gio_cuda_err(tt_launch(gio_wait_kernel, g->nq, 32, (cudaStream_t)stream, a));
 }
