@@ -25,37 +25,15 @@ SCRIPT = textwrap.dedent("""
     torch.cuda.init(); torch.zeros(1, device="cuda")   # CUDA first, with the environment's queue count
     sys.path.insert(0, sys.argv[1])
     import test_gpu_store_py as t
-    from tutti.gpu import GpuStore, lib
-    from tutti.gpu.store import DeviceKV
 
-    L, nb = t.L, 96
-    compute = torch.cuda.Stream()
     with t._Dir() as d:
-        t._format(d.paths, n_slots=256)
-        cache = t._cache(torch, "cuda", nb=2 * nb, seed=3)
-        src, dst = list(range(nb)), list(range(nb, 2 * nb))
-        idx = torch.tensor(dst, device="cuda")
-        got = torch.zeros((L, t.S, nb, t.BS, t.KVH, t.HD), dtype=torch.bfloat16, device="cuda")
-        with GpuStore.open(d.paths, expect=t._fp()) as s:
-            s.attach("gio", n_queues=4, depth=64, n_threads=2, rate_gbps=2.0)
-            kv = DeviceKV.from_tensor(cache)
-            keys = [f"c{i}" for i in range(nb)]
-            assert s.write(keys, kv, src).transfer() == [0] * nb
-            for rnd in range(5):
-                cache[:, :, nb:] = 0
-                torch.cuda.synchronize()
-                tx = s.read(s.lookup(keys), kv, dst)
-                for layer in range(L):
-                    tx.layer(layer)
-                    tx.order(layer, compute)
-                    with torch.cuda.stream(compute):
-                        got[layer].copy_(cache[layer].index_select(1, idx))
-                compute.synchronize()
-                assert tx.finish() == [0] * nb
-                assert torch.equal(got, cache[:, :, :nb]), f"round {rnd}: compute ran before its layer landed"
-            print("ROUNDS OK", flush=True)
-
+        rig = t.LayerOrderRig(torch, d.paths, torch.cuda.Stream(), seed=3)
+        for rnd in range(5):
+            assert rig.read_round(), f"round {rnd}: compute ran before its layer landed"
+        rig.close()
+    print("ROUNDS OK", flush=True)
 """)
+
 
 
 def test_progress_with_cuda_started_first(tmp_path, gpu_lib):

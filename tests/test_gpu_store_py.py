@@ -366,39 +366,58 @@ def test_staged_round_trips_with_the_cpu_path():
     _round_trips(torch, "staged", n_threads=2, chunk_bytes=64 << 10)
 
 
+class LayerOrderRig:
+    """A store of ``nb`` blocks written through the gio path (slow enough to be caught out), and a read whose
+    layers a compute stream consumes after ``order()``, no host wait (hang_probe.py and
+    test_gpu_controller_context.py run it too)."""
+
+    def __init__(self, torch, paths, compute, nb=96, seed=4):
+        from tutti.gpu import GpuStore
+        from tutti.gpu.store import DeviceKV
+
+        self.torch, self.compute, self.nb = torch, compute, nb
+        _format(paths, n_slots=256)
+        self.cache = _cache(torch, "cuda", nb=2 * nb, seed=seed)
+        self.src, self.dst = list(range(nb)), list(range(nb, 2 * nb))
+        self.got = torch.zeros((L, S, nb, BS, KVH, HD), dtype=torch.bfloat16, device="cuda")
+        self.idx = torch.tensor(self.dst, device="cuda")
+        with torch.cuda.stream(compute):  # load the copy kernels now: lazy loading waits for an idle device
+            self.got[0].copy_(self.cache[0].index_select(1, self.idx))
+        torch.cuda.synchronize()
+        self.store = GpuStore.open(paths, expect=_fp())
+        self.store.attach("gio", n_queues=4, depth=64, n_threads=2, rate_gbps=2.0)
+        self.kv = DeviceKV.from_tensor(self.cache)
+        self.keys = [f"o{i}" for i in range(nb)]
+        assert self.store.write(self.keys, self.kv, self.src).transfer() == [0] * nb
+
+    def read_round(self):
+        """One layer-ordered read; True if every layer landed before compute used it."""
+        torch, nb = self.torch, self.nb
+        self.cache[:, :, nb:] = 0
+        torch.cuda.synchronize()
+        t = self.store.read(self.store.lookup(self.keys), self.kv, self.dst)
+        for layer in range(L):
+            t.layer(layer)
+            t.order(layer, self.compute)
+            with torch.cuda.stream(self.compute):
+                self.got[layer].copy_(self.cache[layer].index_select(1, self.idx))
+        self.compute.synchronize()
+        assert t.finish() == [0] * nb
+        return torch.equal(self.got, self.cache[:, :, :nb])
+
+    def close(self):
+        self.store.close()
+
+
 def test_layer_order_compute_waits_on_the_gpu():
     """Per layer: order(l, compute) then a copy on compute, no host wait: every layer must have landed."""
     torch = _need_gpu()
-    from tutti.gpu import GpuStore
-    from tutti.gpu.store import DeviceKV
-
     with _Dir() as d:
-        _format(d.paths, n_slots=256)
-        nb = 96
-        cache = _cache(torch, "cuda", nb=2 * nb, seed=4)
-        src, dst = list(range(nb)), list(range(nb, 2 * nb))
-        got = torch.zeros((L, S, nb, BS, KVH, HD), dtype=torch.bfloat16, device="cuda")
-        idx = torch.tensor(dst, device="cuda")
-        compute = torch.cuda.Stream()
-        with torch.cuda.stream(compute):  # load the copy kernels now: lazy loading waits for an idle device
-            got[0].copy_(cache[0].index_select(1, idx))
-        torch.cuda.synchronize()
-        with GpuStore.open(d.paths, expect=_fp()) as s:
-            s.attach("gio", n_queues=4, depth=64, n_threads=2, rate_gbps=2.0)  # slow enough to be caught out
-            kv = DeviceKV.from_tensor(cache)
-            keys = [f"o{i}" for i in range(nb)]
-            assert s.write(keys, kv, src).transfer() == [0] * nb
-            cache[:, :, nb:] = 0
-            torch.cuda.synchronize()
-            t = s.read(s.lookup(keys), kv, dst)
-            for l in range(L):
-                t.layer(l)
-                t.order(l, compute)
-                with torch.cuda.stream(compute):
-                    got[l].copy_(cache[l].index_select(1, idx))
-            compute.synchronize()
-            assert t.finish() == [0] * nb
-        assert torch.equal(got, cache[:, :, :nb]), "compute ran before its layer landed"
+        rig = LayerOrderRig(torch, d.paths, torch.cuda.Stream())
+        try:
+            assert rig.read_round(), "compute ran before its layer landed"
+        finally:
+            rig.close()
 
 
 def test_current_device_is_respected():

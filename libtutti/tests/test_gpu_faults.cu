@@ -31,31 +31,6 @@ static struct tt_emu_params params(uint64_t ns_bytes)
 	return p;
 }
 
-static std::vector<tt_gio_iocb> iocbs(char *buf, uint32_t n, uint32_t obj, uint8_t op)
-{
-	std::vector<tt_gio_iocb> v(n);
-
-	for (uint32_t i = 0; i < n; i++) {
-		std::memset(&v[i], 0, sizeof(v[i]));
-		v[i].lba = (uint64_t)i * obj / 4096;
-		v[i].nsid = 1;
-		v[i].op = op;
-		v[i].nseg = 1;
-		v[i].seg[0].addr = (uint64_t)(uintptr_t)buf + (uint64_t)i * obj;
-		v[i].seg[0].len = obj;
-	}
-	return v;
-}
-
-static bool dev_equal(const void *a, const void *b, size_t bytes)
-{
-	std::vector<char> x(bytes), y(bytes);
-
-	cudaMemcpy(x.data(), a, bytes, cudaMemcpyDeviceToHost);
-	cudaMemcpy(y.data(), b, bytes, cudaMemcpyDeviceToHost);
-	return std::memcmp(x.data(), y.data(), bytes) == 0;
-}
-
 __global__ void spin_until(volatile unsigned *flag)
 {
 	while (*flag == 0)
@@ -107,8 +82,8 @@ static void progress_whatever_the_queues_hold(void)
 		cudaStreamWaitEvent(held[i], ev, 0);
 	tt_gio_batch_create(r.gio, n, &b);
 	for (i = 0; i < 2; i++) {
-		std::vector<tt_gio_iocb> v = iocbs(i ? dst : src, n, obj,
-						   i ? TT_NVME_CMD_READ : TT_NVME_CMD_WRITE);
+		std::vector<tt_gio_iocb> v = gpu_linear_iocbs(i ? dst : src, n, obj,
+							       i ? TT_NVME_CMD_READ : TT_NVME_CMD_WRITE, 0);
 
 		cudaMemcpyAsync(d, v.data(), n * sizeof(*d), cudaMemcpyHostToDevice, io);
 		tt_gio_prep_iocbs(b, d, n);
@@ -123,7 +98,7 @@ static void progress_whatever_the_queues_hold(void)
 	gpu_sync_or_die(io, 10);
 	for (i = 0; i < 64; i++)
 		gpu_sync_or_die(held[i], 10);
-	tap_ok(dev_equal(dst, src, bytes), "held queues: round trip bit-exact");
+	tap_ok(gpu_dev_equal(dst, src, bytes), "held queues: round trip bit-exact");
 	for (i = 0; i < 64; i++)
 		cudaStreamDestroy(held[i]);
 	tt_gio_batch_destroy(b);
@@ -155,7 +130,7 @@ static void failed_launch_leaves_the_batch_usable(void)
 	cudaMalloc(&src, bytes);
 	cudaMalloc(&d, n * sizeof(*d));
 	gpu_fill(src, bytes, 5);
-	std::vector<tt_gio_iocb> v = iocbs(src, n, obj, TT_NVME_CMD_WRITE);
+	std::vector<tt_gio_iocb> v = gpu_linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, 0);
 	cudaMemcpy(d, v.data(), n * sizeof(*d), cudaMemcpyHostToDevice);
 	tt_gio_batch_create(r.gio, n, &b);
 	tt_gio_prep_iocbs(b, d, n);

@@ -74,32 +74,6 @@ static uint32_t run_iocbs(struct gpu_rig *r, const std::vector<tt_gio_iocb> &io,
 }
 
 // Object i of @n, each @obj bytes: contiguous at @buf + i * obj, LBA i * obj / 4K.
-static std::vector<tt_gio_iocb> linear_iocbs(void *buf, uint32_t n, uint32_t obj,
-					     uint8_t op, uint32_t first_off)
-{
-	std::vector<tt_gio_iocb> v(n);
-
-	for (uint32_t i = 0; i < n; i++) {
-		std::memset(&v[i], 0, sizeof(v[i]));
-		v[i].lba = (uint64_t)i * obj / 4096;
-		v[i].nsid = 1;
-		v[i].op = op;
-		v[i].nseg = 1;
-		v[i].seg[0].addr = (uint64_t)(uintptr_t)buf + first_off + (uint64_t)i * obj;
-		v[i].seg[0].len = obj;
-	}
-	return v;
-}
-
-static bool dev_equal(const void *a, const void *b, size_t bytes)
-{
-	std::vector<char> x(bytes), y(bytes);
-
-	cudaMemcpy(x.data(), a, bytes, cudaMemcpyDefault);
-	cudaMemcpy(y.data(), b, bytes, cudaMemcpyDefault);
-	return std::memcmp(x.data(), y.data(), bytes) == 0;
-}
-
 // Write @n objects from a patterned GPU buffer to the store, read them back
 // into a zeroed one, compare store and both buffers.
 static void round_trip(const char *name, bool sgl, uint32_t nq, uint32_t depth,
@@ -119,13 +93,13 @@ static void round_trip(const char *name, bool sgl, uint32_t nq, uint32_t depth,
 	cudaMalloc(&dst, bytes + first_off);
 	gpu_fill(src, bytes + first_off, 0x5eed + n);
 	cudaMemset(dst, 0, bytes + first_off);
-	tap_eq(run_iocbs(&r, linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, first_off), nullptr),
+	tap_eq(run_iocbs(&r, gpu_linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, first_off), nullptr),
 	       0, "%s: %u writes of %u B on %u queues, all succeed", name, n, obj, nq);
-	tap_ok(dev_equal(tt_emu_ns_data(r.emu, 1), src + first_off, bytes),
+	tap_ok(gpu_dev_equal(tt_emu_ns_data(r.emu, 1), src + first_off, bytes),
 	       "%s: store holds exactly the GPU buffer", name);
-	tap_eq(run_iocbs(&r, linear_iocbs(dst, n, obj, TT_NVME_CMD_READ, first_off), nullptr),
+	tap_eq(run_iocbs(&r, gpu_linear_iocbs(dst, n, obj, TT_NVME_CMD_READ, first_off), nullptr),
 	       0, "%s: %u reads back, all succeed", name, n);
-	tap_ok(dev_equal(dst + first_off, src + first_off, bytes),
+	tap_ok(gpu_dev_equal(dst + first_off, src + first_off, bytes),
 	       "%s: GPU buffer read back is bit-exact", name);
 	tt_emu_get_stats(r.emu, &st);
 	tap_eq(st.cmds, 2ull * n, "%s: controller completed every command once", name);
@@ -194,7 +168,7 @@ static void multi_segment(bool sgl)
 		tap_ok(ok, "%s: store pieces are the gathered GPU pieces in order", name);
 	}
 	tap_eq(run_iocbs(&r, rd, nullptr), 0, "%s: %u scattered reads succeed", name, n);
-	tap_ok(dev_equal(dst, src, bytes), "%s: scattered read is bit-exact", name);
+	tap_ok(gpu_dev_equal(dst, src, bytes), "%s: scattered read is bit-exact", name);
 	gpu_rig_close(&r);
 	cudaFree(src);
 	cudaFree(dst);
@@ -227,7 +201,7 @@ static void issue_then_wait(void)
 	cudaMemset(dst, 0, bytes);
 	tt_gio_batch_create(r.gio, n, &b);
 	for (i = 0; i < 2; i++) {
-		std::vector<tt_gio_iocb> io = linear_iocbs(i ? dst : src, n, obj,
+		std::vector<tt_gio_iocb> io = gpu_linear_iocbs(i ? dst : src, n, obj,
 			i ? TT_NVME_CMD_READ : TT_NVME_CMD_WRITE, 0);
 
 		cudaMemcpy(d, io.data(), n * sizeof(*d), cudaMemcpyHostToDevice);
@@ -241,7 +215,7 @@ static void issue_then_wait(void)
 		rc = tt_gio_batch_result(b, &n_err, nullptr);
 		tap_eq(rc, 0, "issue+wait: %u commands, %u failed", n, n_err);
 	}
-	tap_ok(dev_equal(dst, src, bytes), "issue+wait: round trip bit-exact");
+	tap_ok(gpu_dev_equal(dst, src, bytes), "issue+wait: round trip bit-exact");
 	tt_gio_batch_destroy(b);
 	gpu_rig_close(&r);
 	cudaStreamDestroy(s2);
@@ -287,7 +261,7 @@ static void busy_default_stream(void)
 	spin_kernel<<<1, 1>>>((long long)khz * 1000 * 3 / 2);	// about 1.5 s on stream 0
 	tap_ok(tt_gio_batch_create(r.gio, n, &b) == 0, "busy stream 0: batch made");
 	for (i = 0; i < 2; i++) {
-		std::vector<tt_gio_iocb> io = linear_iocbs(i ? dst : src, n, obj,
+		std::vector<tt_gio_iocb> io = gpu_linear_iocbs(i ? dst : src, n, obj,
 			i ? TT_NVME_CMD_READ : TT_NVME_CMD_WRITE, 0);
 
 		cudaMemcpyAsync(d, io.data(), n * sizeof(*d), cudaMemcpyHostToDevice, r.s);
@@ -307,7 +281,7 @@ static void busy_default_stream(void)
 	n_err = ~0u;	// set by the call, which runs before the message is made
 	i = tt_gio_batch_result(b, &n_err, nullptr);
 	tap_ok(i == 0 && n_err == 0, "busy stream 0: no command failed (result %d, %u failed)", i, n_err);
-	tap_ok(dev_equal(dst, src, bytes), "busy stream 0: round trip bit-exact");
+	tap_ok(gpu_dev_equal(dst, src, bytes), "busy stream 0: round trip bit-exact");
 	tt_gio_batch_destroy(b);
 	gpu_rig_close(&r);
 	cudaFree(src);
@@ -441,7 +415,7 @@ static void file_backed(void)
 	cudaMalloc(&dst, bytes);
 	gpu_fill(src, bytes, 77);
 	cudaMemset(dst, 0, bytes);
-	tap_eq(run_iocbs(&r, linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, 0), nullptr), 0,
+	tap_eq(run_iocbs(&r, gpu_linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, 0), nullptr), 0,
 	       "file: %u PRP writes succeed", n);
 	{
 		std::vector<char> f(bytes), s(bytes);
@@ -450,9 +424,9 @@ static void file_backed(void)
 		cudaMemcpy(s.data(), src, bytes, cudaMemcpyDeviceToHost);
 		tap_ok(std::memcmp(f.data(), s.data(), bytes) == 0, "file: file holds the GPU buffer");
 	}
-	tap_eq(run_iocbs(&r, linear_iocbs(dst, n, obj, TT_NVME_CMD_READ, 0), nullptr), 0,
+	tap_eq(run_iocbs(&r, gpu_linear_iocbs(dst, n, obj, TT_NVME_CMD_READ, 0), nullptr), 0,
 	       "file: %u reads succeed", n);
-	tap_ok(dev_equal(dst, src, bytes), "file: read back bit-exact");
+	tap_ok(gpu_dev_equal(dst, src, bytes), "file: read back bit-exact");
 	gpu_rig_close(&r);
 	close(fd);
 	cudaFree(src);
@@ -516,8 +490,8 @@ static void file_tmpfs(const char *map)
 	cudaMalloc(&dst, bytes);
 	gpu_fill(src, bytes, 31);
 	cudaMemset(dst, 0, bytes);
-	std::vector<tt_gio_iocb> rd = linear_iocbs(dst, n, obj, TT_NVME_CMD_READ, 0);
-	std::vector<tt_gio_iocb> wr = linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, 0);
+	std::vector<tt_gio_iocb> rd = gpu_linear_iocbs(dst, n, obj, TT_NVME_CMD_READ, 0);
+	std::vector<tt_gio_iocb> wr = gpu_linear_iocbs(src, n, obj, TT_NVME_CMD_WRITE, 0);
 	rd.push_back(rd[0]);
 	rd.back().lba = (uint64_t)n * obj / 4096;
 	rd.back().seg[0].addr = (uint64_t)(uintptr_t)dst + (uint64_t)n * obj;
@@ -535,7 +509,7 @@ static void file_tmpfs(const char *map)
 	       "file tmpfs map=%s: pread of the file sees the GPU writes", map);
 	cudaMemset(dst, 0, bytes);
 	tap_eq(run_iocbs(&r, rd, nullptr), 0, "file tmpfs map=%s: reads again", map);
-	tap_ok(dev_equal(dst, src, bytes), "file tmpfs map=%s: read back bit-exact", map);
+	tap_ok(gpu_dev_equal(dst, src, bytes), "file tmpfs map=%s: read back bit-exact", map);
 	gpu_rig_close(&r);
 
 	// Read-only: mapped for reads where read-only registration is
@@ -613,7 +587,7 @@ static void errors(void)
 	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "errors: open"))
 		return;
 	cudaMalloc(&buf, (uint64_t)n * obj);
-	std::vector<tt_gio_iocb> io = linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0);
+	std::vector<tt_gio_iocb> io = gpu_linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0);
 	io[10].lba = n;			// past the namespace
 	io[20].seg[0].len = 1000;	// not whole LBAs: cannot be built
 	io[30].nsid = 9;		// no such namespace
@@ -642,9 +616,9 @@ static void throttle(void)
 	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "throttle: open"))
 		return;
 	cudaMalloc(&buf, bytes);
-	run_iocbs(&r, linear_iocbs(buf, 16, obj, TT_NVME_CMD_READ, 0), nullptr); // warm up
+	run_iocbs(&r, gpu_linear_iocbs(buf, 16, obj, TT_NVME_CMD_READ, 0), nullptr); // warm up
 	auto t0 = std::chrono::steady_clock::now();
-	tap_eq(run_iocbs(&r, linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0), nullptr), 0,
+	tap_eq(run_iocbs(&r, gpu_linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0), nullptr), 0,
 	       "throttle: %u x 1 MiB reads succeed", n);
 	secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 	tap_diag("throttle: %.2f GB/s measured with a %.1f GB/s cap", bytes / secs / 1e9, gbps);
@@ -672,7 +646,7 @@ static void dumps(void)
 	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "dumps: open"))
 		return;
 	cudaMalloc(&buf, (uint64_t)n * obj);
-	io = linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0);
+	io = gpu_linear_iocbs(buf, n, obj, TT_NVME_CMD_READ, 0);
 	cudaMalloc(&d, io.size() * sizeof(io[0]));
 	cudaMemcpy(d, io.data(), io.size() * sizeof(io[0]), cudaMemcpyHostToDevice);
 	tap_ok(tt_gio_batch_create(r.gio, n, &b) == 0 && tt_gio_prep_iocbs(b, d, n) == 0 &&

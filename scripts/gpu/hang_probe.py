@@ -32,9 +32,8 @@ def main():
 
     import torch
     import test_gpu_store_py as t
-    from tutti.gpu import GpuStore, lib
+    from tutti.gpu import lib
     from tutti.gpu._ffi import ffi
-    from tutti.gpu.store import DeviceKV
 
     libc = ctypes.CDLL(None)
     libc.fdopen.restype = ctypes.c_void_p
@@ -49,8 +48,8 @@ def main():
                 print(f"HANG in iteration {state['i']} after {args.timeout} s", file=sys.stderr, flush=True)
                 faulthandler.dump_traceback(all_threads=True)
                 s = state["store"]
-                if s is not None and s._path and s._path[0] == "gio":
-                    h = int(ffi.cast("uintptr_t", s._path[1]))
+                if s is not None and s.path == "gio":
+                    h = int(ffi.cast("uintptr_t", s._owned.path.ctx))
                     emu = gpu.tt_gio_path_emu
                     emu.restype = ctypes.c_void_p
                     e = emu(ctypes.c_void_p(h))
@@ -67,38 +66,15 @@ def main():
     else:
         compute = torch.cuda.Stream()
     times = []
-    L = t.L
     for i in range(args.iters):
         state["i"], state["t0"] = i, time.monotonic()
         with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
-            paths = [os.path.join(d, "m0"), os.path.join(d, "m1")]
-            t._format(paths, n_slots=256)
-            nb = 96
-            cache = t._cache(torch, "cuda", nb=2 * nb, seed=4 + i)
-            src, dst = list(range(nb)), list(range(nb, 2 * nb))
-            got = torch.zeros((L, t.S, nb, t.BS, t.KVH, t.HD), dtype=torch.bfloat16, device="cuda")
-            idx = torch.tensor(dst, device="cuda")
-            with torch.cuda.stream(compute):
-                got[0].copy_(cache[0].index_select(1, idx))
-            torch.cuda.synchronize()
-            with GpuStore.open(paths, expect=t._fp()) as s:
-                state["store"] = s
-                s.attach("gio", n_queues=4, depth=64, n_threads=2, rate_gbps=2.0)
-                kv = DeviceKV.from_tensor(cache)
-                keys = [f"o{k}" for k in range(nb)]
-                assert s.write(keys, kv, src).transfer() == [0] * nb
-                cache[:, :, nb:] = 0
-                torch.cuda.synchronize()
-                tx = s.read(s.lookup(keys), kv, dst)
-                for layer in range(L):
-                    tx.layer(layer)
-                    tx.order(layer, compute)
-                    with torch.cuda.stream(compute):
-                        got[layer].copy_(cache[layer].index_select(1, idx))
-                compute.synchronize()
-                assert tx.finish() == [0] * nb
-                state["store"] = None
-            assert torch.equal(got, cache[:, :, :nb]), "compute ran before its layer landed"
+            rig = t.LayerOrderRig(torch, [os.path.join(d, "m0"), os.path.join(d, "m1")], compute, seed=4 + i)
+            state["store"] = rig.store
+            landed = rig.read_round()
+            state["store"] = None
+            rig.close()
+            assert landed, "compute ran before its layer landed"
         times.append(round(time.monotonic() - state["t0"], 2))
     print(json.dumps({"variant": args.variant, "iters": len(times), "s": times}))
     lib()  # keep the library referenced until the end

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -105,6 +107,34 @@ static inline void gpu_fill(void *p, uint64_t bytes, uint32_t seed)
 {
 	gpu_fill_kernel<<<1024, 256, 0, cudaStreamPerThread>>>((uint32_t *)p, bytes / 4, seed);
 	cudaStreamSynchronize(cudaStreamPerThread);
+}
+
+// @n commands of @obj bytes each, back to back in @buf (+ @first_off) and on the namespace from LBA 0.
+static inline std::vector<tt_gio_iocb> gpu_linear_iocbs(void *buf, uint32_t n, uint32_t obj,
+							 uint8_t op, uint32_t first_off)
+{
+	std::vector<tt_gio_iocb> v(n);
+
+	for (uint32_t i = 0; i < n; i++) {
+		std::memset(&v[i], 0, sizeof(v[i]));
+		v[i].lba = (uint64_t)i * obj / 4096;
+		v[i].nsid = 1;
+		v[i].op = op;
+		v[i].nseg = 1;
+		v[i].seg[0].addr = (uint64_t)(uintptr_t)buf + first_off + (uint64_t)i * obj;
+		v[i].seg[0].len = obj;
+	}
+	return v;
+}
+
+// Whether two device buffers hold the same bytes (copied to the host).
+static inline bool gpu_dev_equal(const void *a, const void *b, size_t bytes)
+{
+	std::vector<char> x(bytes), y(bytes);
+
+	cudaMemcpy(x.data(), a, bytes, cudaMemcpyDefault);
+	cudaMemcpy(y.data(), b, bytes, cudaMemcpyDefault);
+	return std::memcmp(x.data(), y.data(), bytes) == 0;
 }
 
 #endif /* TUTTI_GPU_RIG_CUH */
