@@ -6,10 +6,12 @@
  * over the members.
  */
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include "tutti/tutti.h"
 #include "tap.h"
+#include "tutti/error.h"
 
 static int check_bijective(const struct tt_geometry *g)
 {
@@ -38,12 +40,22 @@ static int check_bijective(const struct tt_geometry *g)
 	return ok;
 }
 
+/* A caller that prefixes the reason it got keeps it whole (tt_seterr reads tt_errmsg()). */
+static void test_error_prefix(void)
+{
+	tt_seterr(-EIO, "inner reason %d", 42);
+	tt_seterr(-EIO, "outer: %s", tt_errmsg());
+	tap_ok(!strcmp(tt_errmsg(), "outer: inner reason 42"), "a reason prefixed with itself: '%s'",
+	       tt_errmsg());
+}
+
 int main(void)
 {
 	struct tt_format_params p;
 	struct tt_geometry g;
 	uint64_t need;
 
+	test_error_prefix();
 	memset(&p, 0, sizeof(p));
 	strcpy(p.fp.model_id, "test/llama3-8b");
 	strcpy(p.fp.dtype, "bfloat16");

@@ -2,6 +2,7 @@
 /* Thread-local "why" for the last failure; see tutti/error.h. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tutti/error.h"
 
@@ -14,11 +15,14 @@ const char *tt_errmsg(void)
 
 int tt_seterr(int err, const char *fmt, ...)
 {
+	char msg[sizeof(tt_msg)];
 	va_list ap;
 
+	/* Formatted aside first: a caller may prefix the reason it got (tt_errmsg()). */
 	va_start(ap, fmt);
-	vsnprintf(tt_msg, sizeof(tt_msg), fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	memcpy(tt_msg, msg, sizeof(msg));
 	return err;
 }
 
