@@ -220,7 +220,7 @@ static inline void fuzz_exercise(struct tt_store *s, unsigned ctl, const uint64_
 	FUZZ_ASSERT(!tt_store_get_info(s, &info));
 	for (unsigned i = 0; i < g->n_members; i++)
 		FUZZ_ASSERT(info.member_bytes <= sizes[i]);
-	FUZZ_ASSERT(info.n_committed + info.n_free + info.n_bad_records == g->n_slots);
+	FUZZ_ASSERT(info.n_committed + info.n_free + info.n_bad_records + info.n_clearing == g->n_slots);
 
 	/* The object furthest from the start, and the first. */
 	fuzz_check_extent(s, &info, g->n_slots - 1, g->n_layers - 1, g->n_spans - 1);

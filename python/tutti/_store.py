@@ -422,6 +422,7 @@ class Store:
             "n_committed": info.n_committed,
             "n_free": info.n_free,
             "n_bad_records": info.n_bad_records,
+            "n_clearing": info.n_clearing,
             "features": self.features(),
             "engine": self._engine,
             "stats": _stats_dict(info.stats),

@@ -100,6 +100,7 @@ struct tt_store_info {
 	uint64_t n_committed;
 	uint64_t n_free;
 	uint64_t n_bad_records;		/* found unreadable at open */
+	uint64_t n_clearing;		/* emptied, EMPTY record not on disk yet (free after the next sync) */
 	char engine[16];
 	struct tt_store_stats stats;
 };

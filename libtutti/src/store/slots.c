@@ -378,6 +378,15 @@ void tt_slots_release(struct tt_slots *t, uint64_t slot)
 	t->free[t->n_free++] = (uint32_t)slot;
 }
 
+uint64_t tt_slots_clearing(const struct tt_slots *t)
+{
+	uint64_t n = 0;
+
+	for (uint64_t i = 0; i < t->n_clearing; i++)
+		n += t->state[t->clearing[i]] == TT_MS_CLEARING;
+	return n;
+}
+
 /* Every record is on disk: slots waiting for theirs become free. */
 static void clearing_done(struct tt_slots *t)
 {

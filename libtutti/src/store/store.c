@@ -365,6 +365,7 @@ int tt_store_get_info(struct tt_store *s, struct tt_store_info *info)
 	info->n_committed = s->slots.n_committed;
 	info->n_free = s->slots.n_free;
 	info->n_bad_records = s->slots.n_bad;
+	info->n_clearing = tt_slots_clearing(&s->slots);
 	strncpy(info->engine, tt_engine_name(s->eng), sizeof(info->engine) - 1);
 	info->stats = s->st;
 	tt_engine_get_stats(s->eng, &info->stats.engine);

@@ -109,6 +109,8 @@ void tt_slots_unevict(struct tt_store *s, uint64_t slot, const struct tt_slot_re
 void tt_slots_note_nospace(struct tt_slots *t);
 void tt_slots_note_space(struct tt_slots *t);
 void tt_slots_release(struct tt_slots *t, uint64_t slot);
+/* Slots emptied whose EMPTY record is not on disk yet (tt_store_info.n_clearing). */
+uint64_t tt_slots_clearing(const struct tt_slots *t);
 void tt_slots_unpin(struct tt_slots *t, uint64_t slot);
 void tt_slots_set_empty(struct tt_store *s, uint64_t slot, enum tt_slot_state st);
 void tt_slots_commit(struct tt_store *s, uint64_t slot, const uint8_t *key,
