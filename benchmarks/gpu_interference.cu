@@ -47,7 +47,7 @@
 
 #include <tutti/gpu_domains.h>
 
-#include "../libtutti/src/gpu/gpu_rig.cuh"
+#include "../libtutti/tests/gpu_rig.cuh"
 
 struct opts {
 	std::string json, loads = "hostmem,null", kernels = "gemm,triad,attn";

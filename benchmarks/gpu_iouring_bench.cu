@@ -31,7 +31,7 @@
 
 #include <tutti/gpu_domains.h>
 
-#include "../libtutti/src/gpu/gpu_rig.cuh"
+#include "../libtutti/tests/gpu_rig.cuh"
 
 struct opts {
 	std::string mode = "cmds";

@@ -16,7 +16,7 @@
 #include <tutti/gpu_domains.h>
 
 #include "tap.h"
-#include "../src/gpu/gpu_rig.cuh"
+#include "gpu_rig.cuh"
 
 __device__ static inline unsigned long long gtime_ns(void)
 {

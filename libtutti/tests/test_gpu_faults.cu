@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tap.h"
-#include "../src/gpu/gpu_rig.cuh"
+#include "gpu_rig.cuh"
 
 #include <tutti/gpu_sum.h>
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "tap.h"
-#include "../src/gpu/gpu_rig.cuh"
+#include "gpu_rig.cuh"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)

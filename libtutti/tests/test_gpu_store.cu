@@ -27,7 +27,7 @@
 #include <tutti/tutti.h>
 
 #include "tap.h"
-#include "../src/gpu/gpu_rig.cuh"
+#include "gpu_rig.cuh"
 #include "../src/gpu/xxh3_parts.h"
 
 static const uint8_t ksecret[TT_XXH3_SECRET_SIZE] = TT_XXH3_KSECRET;
