@@ -17,6 +17,8 @@
 # usage: run-guest.sh                 everything
 #        run-guest.sh fault-model     only the fault schedules (phase fault-model:
 #                                     scripts/hil/faultmodel.sh, long runs)
+#        run-guest.sh media-errors    only the device-error test (drive behind blkdebug:
+#                                     run-qemu.sh --media-errors, TUTTI_HIL_MEDIA)
 #        run-guest.sh crash-write     format, then write until QEMU is killed
 #                                     (prints "HIL-ACKED <n>" per committed block)
 #        run-guest.sh crash-check N   after the reboot: check clean, blocks < N
@@ -30,6 +32,7 @@ case "${TUTTI_HIL_PHASE:-main}" in
 crash-write) set -- crash-write ;;
 verify) set -- crash-check "${TUTTI_HIL_LAST_ACKED:-0}" ;;
 fault-model) set -- fault-model ;;
+media-errors) set -- media-errors ;;
 esac
 MODE=${1:-all} CRASH_N=${2:-}
 N=0 PASS=0 FAIL=0
@@ -135,6 +138,20 @@ fault_model() {
 		|| not_ok "[fault-model] every queue and pinned page given back:$left"
 }
 
+# Real device errors (QEMU's blkdebug under one drive, run-qemu.sh --media-errors): exactly the
+# blocks over a bad sector fail, none is dropped (kq_media.c).  Last of the store tests: the
+# drive's bad sectors stay bad once woken.
+media_errors() {
+	if [ -z "${TUTTI_HIL_MEDIA:-}" ]; then
+		skip "no drive behind blkdebug (run-qemu.sh --media-errors): device-error test"
+		return
+	fi
+	set -- $TUTTI_HIL_MEDIA
+	CB=/dev/$(node_of $B) NB=/dev/$(node_of $B)n1
+	wait_for $NB || { not_ok "[media-errors] $NB exists"; return; }
+	prog_run media-errors "$BIN/kq_media" $NA $NB $1 $([ $1 = b ] && echo 1 || echo 0) $2 $3
+}
+
 bdfs() {
 	if [ -n "${TUTTI_NVME_BDFS:-}" ]; then echo $TUTTI_NVME_BDFS; return; fi
 	for d in /sys/bus/pci/devices/*; do
@@ -172,6 +189,9 @@ crash-write)
 	exit 1 ;;
 fault-model)
 	fault_model
+	finish ;;
+media-errors)
+	media_errors
 	finish ;;
 crash-check)
 	prog_store verify verify $NA $NB "${CRASH_N:?crash-check needs N}"
@@ -301,6 +321,8 @@ if [ -n "${TUTTI_KO_NV_P2P:-}" ] && [ -n "${TUTTI_NVP2P_FAKE_KO:-}" ]; then
 else
 	skip "no nvidia-p2p build or stand-in (TUTTI_KO_NV_P2P / TUTTI_NVP2P_FAKE_KO): live GPU-memory test"
 fi
+
+media_errors
 
 # rmmod shuts the controllers down; loading again rebinds (driver_override stays).
 expect "rmmod tutti" rmmod tutti
