@@ -149,7 +149,10 @@ media_errors() {
 	set -- $TUTTI_HIL_MEDIA
 	CB=/dev/$(node_of $B) NB=/dev/$(node_of $B)n1
 	wait_for $NB || { not_ok "[media-errors] $NB exists"; return; }
+	local t0
+	t0=$(date +%s)
 	prog_run media-errors "$BIN/kq_media" $NA $NB $1 $([ $1 = b ] && echo 1 || echo 0) $2 $3
+	echo "# device errors: $(($(date +%s) - t0)) s"
 }
 
 bdfs() {
