@@ -13,6 +13,7 @@
  * step a second, read-only handle opens what is on disk now, as a restart
  * after a crash would, and checks it.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -376,6 +377,20 @@ static int format_fresh(struct fm *m)
 	return tt_store_format(m->c->paths, m->c->n_paths, &p);
 }
 
+/* Are the members regular files?  (Sets m->files; 0, or -1 if one cannot be looked at.) */
+static int members_are_files(struct fm *m)
+{
+	struct stat st;
+
+	m->files = 1;
+	for (unsigned i = 0; i < m->c->n_paths; i++) {
+		if (stat(m->c->paths[i], &st))
+			return tt_seterr(-errno, "%s: %s", m->c->paths[i], strerror(errno));
+		m->files &= S_ISREG(st.st_mode);
+	}
+	return 0;
+}
+
 int fm_run(const struct fm_config *c, uint64_t seed, struct fm_stats *st, char *why,
 	   size_t why_len)
 {
@@ -406,7 +421,7 @@ int fm_run(const struct fm_config *c, uint64_t seed, struct fm_stats *st, char *
 		m->slot[k] = -1;
 	}
 	m->mem = aligned_alloc(4096, (size_t)FM_L * FM_S * FM_MEMB * FM_SPAN + 4096);
-	if (!m->mem || format_fresh(m) || open_live(m)) {
+	if (!m->mem || format_fresh(m) || open_live(m) || members_are_files(m)) {
 		snprintf(why, why_len, "setup: %s", m->mem ? tt_errmsg() : "out of memory");
 		free(m->mem);
 		free(m);

@@ -33,6 +33,7 @@ struct fm {
 	const char *op;
 	char eng[40];
 	uint32_t flags;			/* the live handle's open flags */
+	int files;			/* the members are regular files (FULL can bite) */
 	struct tt_store *s;
 	const struct tt_geometry *g;
 	uint8_t keys[FM_KEYS][TT_KEY_BYTES];

@@ -2,8 +2,9 @@
 /*
  * Description: engines move batches bit-exactly, merge ios adjacent on disk
  * into one request (also when their memory is scattered), respect the
- * request size limit, report errors per io, and batches larger than the
- * ring still complete.
+ * request size limit, report errors per io (also inside one merged request:
+ * each io is moved again on its own), and batches larger than the ring still
+ * complete.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -63,6 +64,24 @@ static void run(const char *name, int fd)
 	tap_ok(tt_engine_wait(e, &b) < 0, "[%s] read past the end fails", name);
 	tap_ok(ios[0].res == 0 && ios[1].res < 0, "[%s] failure is per io (%d, %d)", name,
 	       ios[0].res, ios[1].res);
+
+	/*
+	 * One request of three adjacent ios whose last runs past the end: a
+	 * device fails the whole command, but only that io may fail (the
+	 * others are moved again on their own and succeed).
+	 */
+	for (unsigned i = 0; i < 3; i++)
+		ios[i] = (struct tt_io){ .buf = dst + (size_t)i * OBJ, .off = (uint64_t)(N - 2 + i) * OBJ,
+					 .len = OBJ, .op = TT_OP_READ };
+	b.n = 3;
+	memset(dst, 0, 3 * OBJ);
+	tt_engine_submit(e, &b);
+	tap_ok(tt_engine_wait(e, &b) < 0 && b.reqs == 1, "[%s] one merged request, failed (%u)",
+	       name, b.reqs);
+	tap_ok(ios[0].res == 0 && ios[1].res == 0 && ios[2].res == -EIO &&
+	       !memcmp(dst, src + (size_t)(N - 2) * OBJ, 2 * OBJ),
+	       "[%s] a failed merged request fails only the io that failed (%d, %d, %d), the others "
+	       "hold their bytes", name, ios[0].res, ios[1].res, ios[2].res);
 	tap_eq(tt_engine_flush(e), 0, "[%s] flush", name);
 	tt_engine_get_stats(e, &st);
 	tap_eq(st.bytes_written, (unsigned long long)N * OBJ, "[%s] bytes written counted", name);

@@ -338,7 +338,7 @@ for kver in "${KVERS[@]}"; do
 	rm -f "$img"/*.img
 	qemu-img create -q -f raw "$img/a.img" "$IMG_SIZE"
 	qemu-img create -q -f raw "$img/b.img" "$IMG_SIZE"
-	boot "$kver" main main "$img/a.img" "$img/b.img"
+	boot "$kver" main main "$img/a.img" "$img/b.img" --media-errors b
 	report "$kver" main "$BOOT_RC"
 	powerloss "$kver"
 

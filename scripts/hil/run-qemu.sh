@@ -12,6 +12,11 @@
 #     --env KEY=VALUE      one more variable for the guest suite (repeatable)
 #     --blklog a|b=LOG     put that drive behind QEMU's blklogwrites driver: every write and flush
 #                          the guest issues is logged to LOG (dm-log-writes format; created empty)
+#     --media-errors a|b   that drive behind QEMU's blkdebug driver: reads of sectors 4105 and 7000
+#                          and writes of sector 9000 fail with EIO (an NVMe error status for the
+#                          guest) once a write-zeroes has reached the drive (the guest asks for one
+#                          through QMP: tests/hil/kq_media.c); the guest gets TUTTI_HIL_MEDIA
+#                          ("DRIVE READ_SECTORS WRITE_SECTORS")
 #
 # QMP requests of the guest: a results-port line "HIL-QMP <json>" (also after "# ") is sent to
 # QEMU's QMP socket by scripts/hil/qmp.py, in order, as it appears (e.g. block_set_io_throttle to
@@ -36,6 +41,7 @@ SUITE=${HIL_SUITE:-tests/hil/run-guest.sh}
 TAG=
 EXTRA_ENV=()
 BLKLOG_a= BLKLOG_b=
+MEDIA=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--timeout) TIMEOUT=$2; shift 2 ;;
@@ -49,6 +55,9 @@ while [ $# -gt 0 ]; do
 		a=?* | b=?*) printf -v "BLKLOG_${2%%=*}" '%s' "${2#*=}" ;;
 		*) die "run-qemu.sh: --blklog takes a=LOG or b=LOG, not $2" ;;
 		esac
+		shift 2 ;;
+	--media-errors)
+		case "$2" in a | b) MEDIA=$2 ;; *) die "run-qemu.sh: --media-errors takes a or b, not $2" ;; esac
 		shift 2 ;;
 	--) shift; break ;;
 	-*) die "run-qemu.sh: unknown option $1" ;;
@@ -74,6 +83,20 @@ ENVF=$RUND/$KVER.$TAG.env
 rm -f "$CONSOLE" "$RESULTS" "$LOGD/$TAG.kill"
 
 q() { printf "%q" "$1"; }
+# --media-errors: blkdebug's rules, asleep (state 1) until a write-zeroes (state 2)
+MEDIA_READ=4105,7000 MEDIA_WRITE=9000
+MEDIA_CONF=$RUND/$KVER.$TAG.blkdebug.conf
+if [ -n "$MEDIA" ]; then
+	{
+		printf '[set-state]\nevent = "pwritev_zero"\nstate = "1"\nnew_state = "2"\n'
+		for sec in ${MEDIA_READ//,/ }; do
+			printf '[inject-error]\nevent = "read_aio"\nstate = "2"\niotype = "read"\nsector = "%s"\nerrno = "5"\n' "$sec"
+		done
+		for sec in ${MEDIA_WRITE//,/ }; do
+			printf '[inject-error]\nevent = "write_aio"\nstate = "2"\niotype = "write"\nsector = "%s"\nerrno = "5"\n' "$sec"
+		done
+	} >"$MEDIA_CONF"
+fi
 {
 	echo "# written by scripts/hil/run-qemu.sh, sourced by the guest's /init"
 	echo "export TUTTI_HIL=1"
@@ -109,6 +132,7 @@ q() { printf "%q" "$1"; }
 	echo "export HOME=/tmp TMPDIR=/tmp LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=dumb"
 	echo "export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1"
 	echo "export PYTEST_ADDOPTS='-p no:cacheprovider'"
+	[ -z "$MEDIA" ] || echo "export TUTTI_HIL_MEDIA=$(q "$MEDIA $MEDIA_READ $MEDIA_WRITE")"
 	for kv in "${EXTRA_ENV[@]}"; do
 		[[ "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "--env $kv: not KEY=VALUE"
 		echo "export ${kv%%=*}=$(q "${kv#*=}")"
@@ -126,8 +150,14 @@ trap cleanup EXIT
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
 
-# drive_opts ID IMAGE [LOG]: a raw drive, or with LOG the same image behind blklogwrites
+# drive_opts ID IMAGE [LOG]: a raw drive, or with LOG the same image behind blklogwrites; the
+# drive --media-errors names behind blkdebug
 drive_opts() {
+	if [ "$1" = "$MEDIA" ]; then
+		[ -z "$3" ] || die "run-qemu.sh: --media-errors and --blklog on one drive"
+		echo "driver=raw,file.driver=blkdebug,file.config=$MEDIA_CONF,file.image.driver=file,file.image.filename=$2,if=none,id=$1,cache=writeback"
+		return
+	fi
 	if [ -z "$3" ]; then
 		echo "file=$2,format=raw,if=none,id=$1,cache=writeback"
 		return

@@ -9,9 +9,16 @@
 #   TUTTI_NVME_KO=/path/nvme.ko[.xz] for the takeover test (optional),
 #   TUTTI_HIL_BIN (default build/hil-tests: built with make -C tests/hil),
 #   TUTTI_HIL_KILLS (default 100), TUTTI_HIL_CRASH_TRIALS (default 20),
-#   TUTTI_HIL_RACE_ROUNDS (default 100).
+#   TUTTI_HIL_RACE_ROUNDS (default 100),
+#   TUTTI_HIL_FM_SCHEDULES (default 60; random fault schedules of the store on A and B through
+#   fault:kqueue, test_fault_model), TUTTI_HIL_FM_SEED (default random, printed),
+#   TUTTI_HIL_FM_CHUNK (default 20 schedules per TAP line).
 #
 # usage: run-guest.sh                 everything
+#        run-guest.sh fault-model     only the fault schedules (phase fault-model:
+#                                     scripts/hil/faultmodel.sh, long runs)
+#        run-guest.sh media-errors    only the device-error test (drive behind blkdebug:
+#                                     run-qemu.sh --media-errors, TUTTI_HIL_MEDIA)
 #        run-guest.sh crash-write     format, then write until QEMU is killed
 #                                     (prints "HIL-ACKED <n>" per committed block)
 #        run-guest.sh crash-check N   after the reboot: check clean, blocks < N
@@ -24,6 +31,8 @@ BIN=${TUTTI_HIL_BIN:-$ROOT/build/hil-tests}
 case "${TUTTI_HIL_PHASE:-main}" in
 crash-write) set -- crash-write ;;
 verify) set -- crash-check "${TUTTI_HIL_LAST_ACKED:-0}" ;;
+fault-model) set -- fault-model ;;
+media-errors) set -- media-errors ;;
 esac
 MODE=${1:-all} CRASH_N=${2:-}
 N=0 PASS=0 FAIL=0
@@ -76,6 +85,8 @@ prog() {
 		case $line in
 		"ok - "*) ok "[$tag] ${line#ok - }" ;;
 		"not ok - "*) not_ok "[$tag] ${line#not ok - }" ;;
+		"ok "[0-9]*" - "*) ok "[$tag] ${line#ok * - }" ;;	# numbered TAP (libtutti/tests)
+		"not ok "[0-9]*" - "*) not_ok "[$tag] ${line#not ok * - }" ;;
 		"#"* | "HIL-QMP "*) echo "$line" ;;	# HIL-QMP: for the host (run-qemu.sh)
 		*) echo "# $line" ;;
 		esac
@@ -96,6 +107,52 @@ prog_run() {
 	FAIL=$((FAIL + $(grep -c "^not ok " "$out")))
 	N=$((N + $(grep -c "^ok \|^not ok " "$out")))
 	rm -f "$out"
+}
+
+# The store under random I/O fault schedules (issue 12), the driver `make ctest` runs on files
+# (libtutti/tests/fault_model.c), here on the two tutti.ko nodes through fault:kqueue, its crash
+# view a second queue pair on each controller after every step.  In chunks of
+# TUTTI_HIL_FM_CHUNK schedules, one TAP line each, so the stall watchdog hears from it; stops
+# at the first chunk that fails (its line says the seed that reproduces it).
+fault_model() {
+	local total=${TUTTI_HIL_FM_SCHEDULES:-60} chunk=${TUTTI_HIL_FM_CHUNK:-20} ran=0 n fail0
+	local seed=${TUTTI_HIL_FM_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} t0
+	t0=$(date +%s)
+	echo "# fault model: $total schedules on $NA $NB through fault:kqueue, seeds from $seed"
+	while [ $ran -lt "$total" ]; do
+		n=$((total - ran < chunk ? total - ran : chunk))
+		fail0=$FAIL
+		prog_run fault-model "$BIN/test_fault_model" --engine kqueue --paths "$NA,$NB" \
+			--schedules $n --seed $((seed + ran))
+		ran=$((ran + n))
+		[ "$FAIL" -eq "$fail0" ] || break
+	done
+	echo "# fault model: $ran schedules in $(($(date +%s) - t0)) s"
+	# Every schedule opened a live handle and a crash view per step: all closed, all given back.
+	local d q p left=
+	for d in $A $B; do
+		q=$(cat /sys/bus/pci/devices/$d/user_queues) p=$(cat /sys/bus/pci/devices/$d/pinned_pages)
+		[ "$q" = 0 ] && [ "$p" = 0 ] || left="$left $d: $q queues, $p pinned pages;"
+	done
+	[ -z "$left" ] && ok "[fault-model] every queue and pinned page given back ($A $B)" \
+		|| not_ok "[fault-model] every queue and pinned page given back:$left"
+}
+
+# Real device errors (QEMU's blkdebug under one drive, run-qemu.sh --media-errors): exactly the
+# blocks over a bad sector fail, none is dropped (kq_media.c).  Last of the store tests: the
+# drive's bad sectors stay bad once woken.
+media_errors() {
+	if [ -z "${TUTTI_HIL_MEDIA:-}" ]; then
+		skip "no drive behind blkdebug (run-qemu.sh --media-errors): device-error test"
+		return
+	fi
+	set -- $TUTTI_HIL_MEDIA
+	CB=/dev/$(node_of $B) NB=/dev/$(node_of $B)n1
+	wait_for $NB || { not_ok "[media-errors] $NB exists"; return; }
+	local t0
+	t0=$(date +%s)
+	prog_run media-errors "$BIN/kq_media" $NA $NB $1 $([ $1 = b ] && echo 1 || echo 0) $2 $3
+	echo "# device errors: $(($(date +%s) - t0)) s"
 }
 
 bdfs() {
@@ -133,6 +190,12 @@ crash-write)
 	echo HIL-WRITING	# the host kills QEMU a random moment after this
 	"$BIN/kq_store" writer $NA $NB 0 | sed -u 's/^/HIL-ACKED /'
 	exit 1 ;;
+fault-model)
+	fault_model
+	finish ;;
+media-errors)
+	media_errors
+	finish ;;
 crash-check)
 	prog_store verify verify $NA $NB "${CRASH_N:?crash-check needs N}"
 	expect "tutti-admin check is clean after QEMU was killed mid-write" \
@@ -160,6 +223,7 @@ prog_store store store $NA $NB
 TUTTI_KQ_PRP=1 prog_store store-prp store $NA $NB
 TUTTI_KQ_SQ_PEER=$CB prog_store store-sq-in-cmb store $NA $NB
 prog_store crash crash $NA $NB "${TUTTI_HIL_CRASH_TRIALS:-20}"
+fault_model
 
 # Kernel-module races (issue 12 items 7, 8, 9), each round a child process under a watchdog,
 # and a stalled command (0b): the guest asks the host to throttle drive "a" through QMP so that
@@ -260,6 +324,8 @@ if [ -n "${TUTTI_KO_NV_P2P:-}" ] && [ -n "${TUTTI_NVP2P_FAKE_KO:-}" ]; then
 else
 	skip "no nvidia-p2p build or stand-in (TUTTI_KO_NV_P2P / TUTTI_NVP2P_FAKE_KO): live GPU-memory test"
 fi
+
+media_errors
 
 # rmmod shuts the controllers down; loading again rebinds (driver_override stays).
 expect "rmmod tutti" rmmod tutti

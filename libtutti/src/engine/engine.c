@@ -278,9 +278,46 @@ unsigned tt_req_iov(const struct tt_req *r, struct iovec *iov)
 	return n;
 }
 
+/*
+ * An error a device gives for part of a range (a bad sector, a failed
+ * write): the errnos of NVMe status codes through tutti.ko (-EIO) and of the
+ * block layer (-ENODATA medium, -EILSEQ protection, -EREMOTEIO target,
+ * -ENOSPC).  Not the member's own end: a fence's -ETIMEDOUT, a gone device.
+ */
+static bool partial_error(int res)
+{
+	return res == -EIO || res == -ENODATA || res == -EILSEQ || res == -EREMOTEIO ||
+	       res == -ENOSPC;
+}
+
+/*
+ * A device fails a whole command, so ios merged into one request would all
+ * take the error of one bad sector, blocks that touch it or not.  Each io of
+ * such a request is moved again on its own, synchronously (an error path:
+ * the device is done with the request's memory), and gets its own verdict.
+ */
+static void complete_each(struct tt_engine *e, const struct tt_req *r)
+{
+	for (uint32_t k = 0; k < r->count; k++) {
+		const struct tt_io *io = &r->b->ios[r->first + k];
+		struct tt_req one = *r;
+
+		one.first = r->first + k;
+		one.count = 1;
+		one.off = io->off;
+		one.bytes = io->len;
+		tt_req_complete(e, &one, tt_req_sync(e, &one, 0));
+	}
+}
+
 void tt_req_complete(struct tt_engine *e, const struct tt_req *r, int res)
 {
 	struct tt_batch *b = r->b;
+
+	if (res < 0 && r->count > 1 && partial_error(res)) {
+		complete_each(e, r);
+		return;
+	}
 
 	for (uint32_t k = 0; k < r->count; k++)
 		b->ios[r->first + k].res = res;

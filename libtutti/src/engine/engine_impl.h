@@ -77,7 +77,11 @@ unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
 /* Fill @iov for @r; returns the number of entries (adjacent memory merged). */
 unsigned tt_req_iov(const struct tt_req *r, struct iovec *iov);
 
-/* Record a request's outcome in its ios and batch. */
+/*
+ * Record a request's outcome in its ios and batch.  A request of several ios
+ * that failed with an error of part of a range (-EIO, -ENODATA, ...) is
+ * moved again io by io first (tt_req_sync()), so each io gets its own result.
+ */
 void tt_req_complete(struct tt_engine *e, const struct tt_req *r, int res);
 
 /* Move @r synchronously with preadv/pwritev from byte @done on; 0 or -errno. */
