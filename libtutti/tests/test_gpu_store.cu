@@ -520,6 +520,100 @@ static void run_case(const char *what, const char *root, unsigned nmem,
 	rig_close(&r);
 }
 
+// The controller stops answering mid-transaction (tt_emu_pause: a dead SSD).
+// Every wait returns within its bound, the compute stream ordered after the
+// layers goes on (the fence aborts the commands, so the kernels waiting on
+// them finish), the blocks fail with an I/O error and no stored block is
+// judged corrupt, a write commits nothing, and the fenced path refuses new
+// transactions. TUTTI_GIO_WAIT_TIMEOUT_S=2 for the test.
+static void test_hung_controller(const struct tt_gio_path_params *pp, bool write)
+{
+	const unsigned nb = 8;
+	const char *what = write ? "hung write" : "hung read";
+	struct rig r = {};
+	std::vector<uint8_t> keys((size_t)nb * TT_KEY_BYTES);
+	std::vector<uint32_t> ids = shuffled_ids(nb, 77);
+	std::vector<int32_t> st(nb);
+	std::vector<int64_t> slots(nb);
+	cudaStream_t compute = nullptr;
+	struct tt_txn *t;
+	int rc, w = 0, bad = 0;
+
+	setenv("TUTTI_GIO_WAIT_TIMEOUT_S", "2", 1);
+	rc = rig_open(&r, what, "/tmp", 1, pp);
+	unsetenv("TUTTI_GIO_WAIT_TIMEOUT_S");
+	if (!tap_ok(rc == 0, "[%s] store with the gio path (%s)", what, rc ? tt_errmsg() : "ok"))
+		return;
+	watched = &r;
+	case_no++;
+	for (unsigned i = 0; i < nb; i++)
+		key_of(7000 + i, &keys[(size_t)i * TT_KEY_BYTES]);
+	gpu_fill(r.gbuf, r.gbytes, 7);
+	cudaStreamSynchronize(cudaStreamPerThread);
+	rc = tt_store_write_begin(r.s, keys.data(), nb, &t);
+	if (!rc)
+		rc = tt_txn_bind_device(t, ids.data());
+	tap_eq(rc ? rc : run_layers(&r, t, st.data()), (int)nb,
+	       "[%s] %u blocks stored while it answers", what, nb);
+	tt_emu_pause(tt_gio_path_emu(r.gp), 1);
+	// A controller thread looks at the mode once a round.
+	std::this_thread::sleep_for(std::chrono::milliseconds(5));
+	cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking);
+	auto t0 = std::chrono::steady_clock::now();
+	if (write) {
+		for (unsigned i = 0; i < nb; i++)
+			key_of(7100 + i, &keys[(size_t)i * TT_KEY_BYTES]);
+		rc = tt_store_write_begin(r.s, keys.data(), nb, &t);
+	} else {
+		tt_store_lookup(r.s, keys.data(), nb, slots.data());
+		rc = tt_store_read_begin(r.s, slots.data(), nb, &t);
+	}
+	if (!rc && (rc = tt_txn_bind_device(t, ids.data())))
+		tt_txn_abort(t);
+	if (!tap_ok(rc == 0, "[%s] transaction begun (%d)", what, rc))
+		goto out;
+	for (uint32_t l = 0; l < L; l++)
+		if (!tt_txn_layer(t, l, &r.map, nullptr))
+			tt_txn_layer_order(t, l, compute);
+	for (uint32_t l = 0; l < L; l++)
+		w += tt_txn_wait_layer(t, l) != 0;
+	rc = tt_txn_finish(t, st.data());
+	{
+		double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+							    t0).count();
+
+		tap_ok(w == (int)L && rc == 0 && secs < 20, "[%s] every wait failed (%d of %u), "
+		       "no block ok (%d), within %.1f s", what, w, L, rc, secs);
+	}
+	for (unsigned i = 0; i < nb; i++)
+		bad += st[i] != -EIO && st[i] != -ETIMEDOUT;
+	tap_eq(bad, 0, "[%s] every block failed with an I/O error (block 0: %d)", what, st[0]);
+	tap_eq(gpu_sync_or_die(compute, 10), 0, "[%s] the compute stream ordered after the "
+	       "layers went on", what);
+	tap_eq(tt_emu_busy(tt_gio_path_emu(r.gp)), 0u, "[%s] the controller moves nothing any "
+	       "more", what);
+	if (write) {
+		tap_eq(tt_store_lookup(r.s, keys.data(), nb, slots.data()), 0,
+		       "[%s] nothing of the hung write committed", what);
+		for (unsigned i = 0; i < nb; i++)
+			key_of(7000 + i, &keys[(size_t)i * TT_KEY_BYTES]);
+	}
+	tap_eq(tt_store_lookup(r.s, keys.data(), nb, slots.data()), (int)nb,
+	       "[%s] no stored block judged corrupt: all still stored", what);
+	rc = tt_store_read_begin(r.s, slots.data(), nb, &t);
+	if (!rc) {
+		rc = tt_txn_bind_device(t, ids.data());
+		tt_txn_abort(t);
+	}
+	tap_ok(rc == -EIO, "[%s] the fenced path refuses a new transaction (%d: %s)", what, rc,
+	       tt_errmsg());
+out:
+	if (compute)
+		cudaStreamDestroy(compute);
+	watched = nullptr;
+	rig_close(&r);
+}
+
 int main(void)
 {
 	setvbuf(stdout, nullptr, _IOLBF, 0);	// a killed run keeps what it printed
@@ -544,5 +638,7 @@ int main(void)
 	run_case("2 members, PRP", "/dev/shm", 2, &prp, 40, false, false);
 	run_case("2 members, 16 queues x 64", "/tmp", 2, &small, 200, true, false);
 	run_case("1 member, timing", "/tmp", 1, &sgl, 8, false, true);
+	test_hung_controller(&small, false);
+	test_hung_controller(&small, true);
 	return tap_done();
 }

@@ -164,6 +164,39 @@ uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q);
 unsigned tt_emu_n_streams(const struct tt_emu *c);
 
 /**
+ * tt_emu_pause() - stop answering, or answer again (a test's dead device)
+ * @c: controller
+ * @on: nonzero: fetch nothing and post nothing from now on (copies already
+ *	handed to the copy engines still land); 0: go on as before
+ *
+ * Models an SSD that stopped answering, so the bounded waits and the fence
+ * of the gio path (tt_emu_abort()) can be tested.
+ */
+void tt_emu_pause(struct tt_emu *c, int on);
+
+/**
+ * tt_emu_abort() - abort every command from now on (the fence of a hang)
+ * @c: controller
+ *
+ * What a real controller does for the commands of a deleted submission
+ * queue: batches whose data is already moving complete when it landed, with
+ * their own status; every command fetched from now on moves no data and
+ * completes with "Command Aborted due to SQ Deletion". So the GPU kernels
+ * waiting for completions finish, and once they did, nothing the controller
+ * does touches the transactions' memory again. Not undone; also ends a
+ * pause. Returns at once.
+ */
+void tt_emu_abort(struct tt_emu *c);
+
+/**
+ * tt_emu_busy() - batches fetched whose completions are not posted yet
+ * @c: controller
+ *
+ * 0 after tt_emu_abort() means nothing of the controller moves any more.
+ */
+unsigned tt_emu_busy(const struct tt_emu *c);
+
+/**
  * tt_emu_dump() - print the controller's state (for a hang)
  * @c: controller
  * @f: where to print

@@ -151,6 +151,19 @@ static unsigned emu_fetch(struct tt_emu *e, emu_q *q, emu_batch &b)
 	return n;
 }
 
+// After tt_emu_abort(): the batch moves nothing and every command in it
+// completes aborted (its own error status if it already had one).
+static void emu_abort_batch(emu_batch &b)
+{
+	b.pending = false;
+	b.deadline_ns = 0;
+	for (emu_cmd &c : b.cmds) {
+		c.moving = false;
+		if (c.status == TT_NVME_SC_SUCCESS)
+			c.status = TT_NVME_SC_ABORT_SQ_DELETED;
+	}
+}
+
 // Post @b's CQEs once its data landed and the cap allows.
 // Return: 1 posted, 0 not yet, -1 stopping.
 static int emu_complete(struct tt_emu *e, emu_worker &w, emu_batch &b)
@@ -208,6 +221,7 @@ static int emu_reap(struct tt_emu *e, emu_worker &w)
 			return r < 0 ? -1 : got;
 		w.head = (w.head + 1) % EMU_INFLIGHT;
 		w.n--;
+		e->busy.fetch_sub(1, std::memory_order_release);
 		got++;
 	}
 	return got;
@@ -238,6 +252,10 @@ static void emu_thread_run(struct tt_emu *e, unsigned id)
 		unsigned got = 0;
 
 		emu_at(e, w, EMU_AT_LOOP);
+		if (e->mode.load(std::memory_order_acquire) == EMU_PAUSED) {
+			std::this_thread::sleep_for(std::chrono::microseconds(100));
+			continue;
+		}
 		// Each queue in turn gets a free batch, starting one further
 		// each round so no queue always comes last.
 		for (size_t k = 0; k < mine.size(); k++) {
@@ -254,7 +272,11 @@ static void emu_thread_run(struct tt_emu *e, unsigned id)
 						b.issued_ns = emu_now_ns();
 						emu_at(e, w, EMU_AT_ISSUE);
 					}
-					emu_issue(e, b);
+					e->busy.fetch_add(1, std::memory_order_relaxed);
+					if (e->mode.load(std::memory_order_acquire) == EMU_ABORTING)
+						emu_abort_batch(b);
+					else
+						emu_issue(e, b);
 					w.n++;
 					got++;
 				}
@@ -315,6 +337,26 @@ static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 		b.len.reserve(EMU_MAX_FETCH * 4);
 	}
 	return 0;
+}
+
+extern "C" void tt_emu_pause(struct tt_emu *c, int on)
+{
+	int want = on ? EMU_PAUSED : EMU_RUN;
+	int cur = on ? EMU_RUN : EMU_PAUSED;
+
+	if (c)	// an abort is never undone
+		c->mode.compare_exchange_strong(cur, want, std::memory_order_acq_rel);
+}
+
+extern "C" void tt_emu_abort(struct tt_emu *c)
+{
+	if (c)
+		c->mode.store(EMU_ABORTING, std::memory_order_release);
+}
+
+extern "C" unsigned tt_emu_busy(const struct tt_emu *c)
+{
+	return c ? c->busy.load(std::memory_order_acquire) : 0;
 }
 
 extern "C" void tt_emu_close(struct tt_emu *c)
@@ -475,6 +517,8 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		c->p.fds = c->fds.data();
 	}
 	c->stop.store(false);
+	c->mode.store(EMU_RUN);
+	c->busy.store(0);
 	c->thread_err.store(0);
 	c->cmds = c->errors = c->bytes = c->sq_wraps = c->cq_wraps = c->doorbells = 0;
 	c->next_free_ns = 0;

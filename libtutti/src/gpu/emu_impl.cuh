@@ -16,6 +16,9 @@
 
 enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
 
+// tt_emu_pause(), tt_emu_abort().
+enum emu_mode { EMU_RUN, EMU_PAUSED, EMU_ABORTING };
+
 // Where a controller thread is (tt_emu_dump(); kept only with e->diag).
 enum emu_where { EMU_AT_START, EMU_AT_LOOP, EMU_AT_QUERY, EMU_AT_ISSUE, EMU_AT_POST, EMU_AT_EXITED };
 
@@ -112,6 +115,8 @@ struct tt_emu {
 	std::atomic<uint64_t> cmds, errors, bytes, sq_wraps, cq_wraps, doorbells;
 	std::atomic<uint64_t> next_free_ns;	// bandwidth cap: token time
 	std::atomic<int> copy;			// enum emu_copy_mode
+	std::atomic<int> mode;			// enum emu_mode
+	std::atomic<unsigned> busy;		// batches fetched, CQEs not posted
 	std::vector<emu_worker> workers;	// one per thread, made at open
 	// TUTTI_GIO_WAIT_TIMEOUT_S, TUTTI_GIO_DEBUG or TUTTI_EMU_DEBUG set at
 	// open: the threads note where they are and batches their age.

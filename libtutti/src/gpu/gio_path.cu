@@ -15,10 +15,13 @@
 // lists, batches, events) are pooled, so a steady workload allocates
 // nothing per transaction.
 #include <cerrno>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <thread>
 #include <vector>
@@ -54,7 +57,17 @@ struct gp_txn {
 	std::vector<cudaEvent_t> ev_io, ev_done;
 	cudaEvent_t ev_begin;		// the lists' upload (h_stage reusable)
 	std::vector<uint8_t> st;
-	unsigned hung;			// timed waits that ran out (never pooled again)
+	unsigned hung;			// its waits the watchdog fenced
+};
+
+// A wait in progress, registered with the path's watchdog.
+struct gp_waiter {
+	struct gp_txn *t;
+	uint32_t layer;
+	const char *where;
+	std::chrono::steady_clock::time_point since;
+	bool fenced;			// the watchdog fenced the path for it
+	bool stuck_said;		// ... and said the fence did not bring it back
 };
 
 struct tt_gio_path {
@@ -66,10 +79,21 @@ struct tt_gio_path {
 	uint32_t lba_shift;
 	cudaStream_t io, sum;
 	struct gp_txn *pool;
-	// TUTTI_GIO_WAIT_TIMEOUT_S (> 0): waits poll and give up after this
-	// long, dumping the state on stderr; 0: cudaEventSynchronize.
+	// A wait longer than this (TUTTI_GIO_WAIT_TIMEOUT_S, default
+	// GP_WAIT_TIMEOUT_S) makes the watchdog dump the state on stderr and
+	// fence the path (gio_path_hang.cuh).
 	double wait_timeout_s;
+	int device;
+	std::atomic<bool> dead;		// fenced: refuses new transactions
+	std::mutex wd_mu;		// the watchdog's state below
+	std::condition_variable wd_cv;
+	std::vector<struct gp_waiter *> waiters;
+	bool wd_stop;
+	std::thread watchdog;
 };
+
+#define GP_WAIT_TIMEOUT_S 60.0	// a healthy layer takes milliseconds
+#define GP_DRAIN_S 10.0		// for the aborted commands to come back
 
 // Fold a layer's command status into per-block flags and a layer count.
 // Command k of a layer batch is (block k / n_spans, span k % n_spans).
@@ -189,6 +213,9 @@ static int gp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn)
 	uint32_t *hi;
 	int rc;
 
+	if (p->dead.load())
+		return tt_seterr(-EIO, "gio path: fenced after a transaction hung (report on "
+				 "stderr); close the store's GPU path and open it again");
 	if (g->n_spans == 0 || g->n_spans > TT_GPU_SUM_MAX_SPANS ||
 	    (g->span_bytes & ((1u << p->lba_shift) - 1)))
 		return -EINVAL;
@@ -336,34 +363,29 @@ static int gp_order(void *txn, uint32_t layer, struct CUstream_st *stream)
 	return gp_err(cudaStreamWaitEvent((cudaStream_t)stream, t->ev_done[layer], 0));
 }
 
-// A wait with a timeout (TUTTI_GIO_WAIT_TIMEOUT_S), for the hang hunt.
+// Bounded waits: the watchdog, the report and the fence of a hang.
 #include "gio_path_hang.cuh"
 
 static int gp_wait(void *txn, uint32_t layer)
 {
 	struct gp_txn *t = (struct gp_txn *)txn;
+	int rc;
 
 	if (layer >= t->geo.n_layers || t->st[layer] == GP_IDLE)
 		return -EINVAL;
-	if (t->p->wait_timeout_s > 0) {
-		int rc = gp_timed(t, t->ev_done[layer], layer, "wait");
-
-		if (rc == -ETIMEDOUT)
-			return rc;
-		if (rc || t->st[layer] == GP_FAILED)
-			return -EIO;
-		return t->h_lerr[layer] ? -EIO : 0;
-	}
-	if (gp_err(cudaEventSynchronize(t->ev_done[layer])) || t->st[layer] == GP_FAILED)
+	rc = gp_block(t, t->ev_done[layer], layer, "wait");
+	if (rc == -ETIMEDOUT)
+		return rc;
+	if (rc || t->st[layer] == GP_FAILED)
 		return -EIO;
 	return t->h_lerr[layer] ? -EIO : 0;
 }
 
-// With a timeout: -ETIMEDOUT at the first event that did not complete in
-// time (gp_timed() reports it).
-static int gp_sync_all_timed(struct gp_txn *t)
+// Every event of the transaction done: 0, -EIO, or -ETIMEDOUT when the
+// watchdog fenced one of its waits.
+static int gp_sync_all(struct gp_txn *t)
 {
-	int rc = gp_timed(t, t->ev_begin, 0, "the lists' upload (begin)");
+	int rc = gp_block(t, t->ev_begin, 0, "the lists' upload (begin)");
 
 	if (rc == -ETIMEDOUT)
 		return rc;
@@ -372,24 +394,12 @@ static int gp_sync_all_timed(struct gp_txn *t)
 
 		if (t->st[l] == GP_IDLE)
 			continue;
-		r = gp_timed(t, t->ev_done[l], l, "finish/abort");
+		r = gp_block(t, t->ev_done[l], l, "finish/abort");
 		if (r == -ETIMEDOUT)
 			return r;
 		if (r)
 			rc = -EIO;
 	}
-	return rc;
-}
-
-static int gp_sync_all(struct gp_txn *t)
-{
-	if (t->p->wait_timeout_s > 0)
-		return gp_sync_all_timed(t);
-	int rc = gp_err(cudaEventSynchronize(t->ev_begin));
-
-	for (uint32_t l = 0; l < t->geo.n_layers; l++)
-		if (t->st[l] != GP_IDLE && gp_err(cudaEventSynchronize(t->ev_done[l])))
-			rc = -EIO;
 	return rc;
 }
 
@@ -441,12 +451,9 @@ static void gp_end(void *txn)
 {
 	struct gp_txn *t = (struct gp_txn *)txn;
 
-	if (gp_sync_all(t) == -ETIMEDOUT) {
-		// Still in flight: its memory must not be reused or freed.
-		std::fprintf(stderr, "tutti gio_path: a hung transaction's state is left "
-			     "allocated (not pooled)\n");
-		return;
-	}
+	// Returns once every event is done: after a fence, the aborted
+	// commands came back and nothing moves into its memory any more.
+	gp_sync_all(t);
 	t->next = t->p->pool;
 	t->p->pool = t;
 }
@@ -490,10 +497,10 @@ static void gp_log_streams(const struct tt_gio_path *p, const struct tt_emu *emu
 	unsigned ce = emu ? tt_emu_n_streams(emu) : 0;
 
 	std::fprintf(stderr, "tutti gio_path: streams: path 2 (io, sum)%s%u (its own CUDA context); "
-		     "CUDA_MODULE_LOADING=%s; wait timeout %s\n",
+		     "CUDA_MODULE_LOADING=%s; wait timeout %.1f s\n",
 		     emu ? " + its emulated controller " : " (no controller of its own) + ", ce,
 		     gp_env("CUDA_MODULE_LOADING", "(unset: LAZY)"),
-		     p->wait_timeout_s > 0 ? "on" : "off (TUTTI_GIO_WAIT_TIMEOUT_S unset)");
+		     p->wait_timeout_s);
 	std::fflush(stderr);
 }
 
@@ -513,21 +520,34 @@ static int gp_open(struct tt_gio *g, uint32_t nsid_base, uint32_t lba_shift,
 	p->g = g;
 	p->nsid_base = nsid_base;
 	p->lba_shift = lba_shift;
-	p->wait_timeout_s = to ? std::strtod(to, nullptr) : 0;
-	if (!(p->wait_timeout_s > 0))
-		p->wait_timeout_s = 0;
-	rc = gp_err(cudaStreamCreateWithFlags(&p->io, cudaStreamNonBlocking));
+	p->wait_timeout_s = GP_WAIT_TIMEOUT_S;
+	if (to && *to) {
+		char *end;
+		double v = std::strtod(to, &end);
+
+		// No wait is unbounded: 0, a negative or a typo keeps the default.
+		if (*end || !(v > 0) || !(v < 1e6))
+			std::fprintf(stderr, "tutti gio_path: TUTTI_GIO_WAIT_TIMEOUT_S=%s is not a "
+				     "positive number of seconds; using %.0f\n", to, GP_WAIT_TIMEOUT_S);
+		else
+			p->wait_timeout_s = v;
+	}
+	p->dead.store(false);
+	rc = gp_err(cudaGetDevice(&p->device));
+	if (!rc)
+		rc = gp_err(cudaStreamCreateWithFlags(&p->io, cudaStreamNonBlocking));
 	if (!rc)
 		rc = gp_err(cudaStreamCreateWithFlags(&p->sum, cudaStreamNonBlocking));
 	if (!rc)
 		rc = gp_preload(p->io);
 	// A dump during a hang then allocates nothing.
-	if (!rc && p->wait_timeout_s > 0 && tt_gio_dump_prepare())
+	if (!rc && tt_gio_dump_prepare())
 		std::fprintf(stderr, "tutti gio_path: no pinned memory for a hang dump\n");
 	if (rc) {
 		tt_gio_path_close(p);
 		return rc;
 	}
+	gp_watchdog_start(p);
 	if (std::getenv("TUTTI_GIO_DEBUG"))
 		gp_log_streams(p, emu);
 	*out = p;
@@ -544,6 +564,7 @@ extern "C" void tt_gio_path_close(struct tt_gio_path *p)
 {
 	if (!p)
 		return;
+	gp_watchdog_stop(p);
 	if (p->store)
 		tt_store_set_devpath(p->store, nullptr, nullptr);
 	while (p->pool) {

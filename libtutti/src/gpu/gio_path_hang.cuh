@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// gio_path_hang.cuh - a wait with a timeout (TUTTI_GIO_WAIT_TIMEOUT_S) that dumps
-// what tells the store gio path's hang suspects apart (docs/gpu.md, Known
-// issues). Included once, by gio_path.cu, where struct gp_txn is known.
+// gio_path_hang.cuh - the store gio path's bounded waits. Waits block in
+// cudaEventSynchronize, as before; a watchdog thread per path sees a wait
+// older than TUTTI_GIO_WAIT_TIMEOUT_S (default 60 s), dumps what tells a
+// hang's suspects apart (docs/gpu.md, Known issues) and fences the path: its
+// controller aborts every command, so the kernels and the wait end. Included
+// once, by gio_path.cu, where struct gp_txn is known.
 #ifndef TT_GIO_PATH_HANG_CUH
 #define TT_GIO_PATH_HANG_CUH
+
+#include <algorithm>
 
 #include "cuda_query.cuh"
 
@@ -23,22 +28,6 @@ static const char *gp_env(const char *name, const char *unset)
 	const char *v = std::getenv(name);
 
 	return v ? v : unset;
-}
-
-// Poll @ev until done or @secs passed. Return: 0, -EIO or -ETIMEDOUT.
-static int gp_poll_event(cudaEvent_t ev, double secs)
-{
-	auto t0 = std::chrono::steady_clock::now();
-	cudaError_t r;
-
-	while ((r = cudaEventQuery(ev)) == cudaErrorNotReady) {
-		std::chrono::duration<double> d = std::chrono::steady_clock::now() - t0;
-
-		if (d.count() > secs)
-			return -ETIMEDOUT;
-		std::this_thread::sleep_for(std::chrono::microseconds(200));
-	}
-	return gp_err(r);
 }
 
 // Everything that tells the hang's suspects apart, on stderr (docs/gpu.md,
@@ -84,20 +73,118 @@ static void gp_hang_report(const struct gp_txn *t, uint32_t layer, const char *w
 	std::fflush(f);
 }
 
-// Wait for @ev with the timeout; once the transaction hung, later waits get
-// 1 s, and only the first two timeouts dump (the second shows what moved).
-static int gp_timed(struct gp_txn *t, cudaEvent_t ev, uint32_t layer, const char *where)
+// The fence of a hang: the path's own controller aborts every command
+// (what deleting a real queue does), so the kernels waiting on completions
+// finish and the streams ordered after them go on; the path refuses new
+// transactions. A path on a controller it does not own can only refuse.
+static void gp_fence(struct tt_gio_path *p)
 {
-	double secs = t->hung ? 1.0 : t->p->wait_timeout_s;
-	int rc = gp_poll_event(ev, secs);
+	p->dead.store(true);
+	if (p->emu)
+		tt_emu_abort(p->emu);
+}
 
-	if (rc != -ETIMEDOUT)
-		return rc;
-	if (t->hung < 2)
-		gp_hang_report(t, layer, where, secs);
-	t->hung++;
-	return tt_seterr(-ETIMEDOUT, "gio path: %s: layer %u not done after %.1f s "
-			 "(TUTTI_GIO_WAIT_TIMEOUT_S; state dumped on stderr)", where, layer, secs);
+// One watchdog round (lock held): fence for every wait older than the
+// timeout, and say once of each fenced wait that the fence did not bring it
+// back within GP_DRAIN_S.
+static void gp_watch_round(struct tt_gio_path *p)
+{
+	auto now = std::chrono::steady_clock::now();
+
+	for (struct gp_waiter *w : p->waiters) {
+		double secs = std::chrono::duration<double>(now - w->since).count();
+
+		if (!w->fenced && secs > p->wait_timeout_s) {
+			w->fenced = true;
+			if (w->t->hung < 2)	// the second shows what the fence moved
+				gp_hang_report(w->t, w->layer, w->where, secs);
+			w->t->hung++;
+			std::fprintf(stderr, "tutti gio_path: fenced: %s\n", p->emu ?
+				     "its controller aborts every command; the waits end as the "
+				     "aborted commands come back" : "no controller of its own to abort: "
+				     "the path refuses new transactions, this wait goes on");
+			gp_fence(p);
+		} else if (w->fenced && !w->stuck_said &&
+			   secs > p->wait_timeout_s + GP_DRAIN_S) {
+			w->stuck_said = true;
+			std::fprintf(stderr, "tutti gio_path: %s: layer %u still not back %.0f s "
+				     "after the fence: the controller cannot even abort (its data "
+				     "movement is stuck). The wait goes on: returning would hand "
+				     "back memory a late copy can still write.\n", w->where,
+				     w->layer, GP_DRAIN_S);
+		}
+	}
+}
+
+static void gp_watchdog_run(struct tt_gio_path *p)
+{
+	std::unique_lock<std::mutex> lk(p->wd_mu);
+	bool dev_set = false;
+
+	while (!p->wd_stop) {
+		// Idle: sleep until a wait starts; else look every quarter timeout.
+		if (p->waiters.empty())
+			p->wd_cv.wait(lk);
+		else
+			p->wd_cv.wait_for(lk, std::chrono::duration<double>(
+					  std::min(p->wait_timeout_s / 4, 0.5)));
+		if (p->wd_stop || p->waiters.empty())
+			continue;
+		if (!dev_set) {		// the report's queries: the path's device
+			cudaSetDevice(p->device);
+			dev_set = true;
+		}
+		gp_watch_round(p);
+	}
+}
+
+// Block until @ev is done, as cudaEventSynchronize, watched: past the path's
+// timeout the watchdog reports and fences, and the aborted commands end the
+// wait. Return: 0, -EIO (CUDA error), -ETIMEDOUT (the watchdog fenced it).
+static int gp_block(struct gp_txn *t, cudaEvent_t ev, uint32_t layer, const char *where)
+{
+	struct tt_gio_path *p = t->p;
+	struct gp_waiter w = {t, layer, where, std::chrono::steady_clock::now(), false, false};
+	cudaError_t r = cudaEventQuery(ev);
+
+	if (r != cudaErrorNotReady)
+		return gp_err(r);
+	{
+		std::lock_guard<std::mutex> lk(p->wd_mu);
+
+		p->waiters.push_back(&w);
+	}
+	p->wd_cv.notify_one();
+	r = cudaEventSynchronize(ev);
+	{
+		std::lock_guard<std::mutex> lk(p->wd_mu);
+
+		p->waiters.erase(std::find(p->waiters.begin(), p->waiters.end(), &w));
+	}
+	if (w.fenced)
+		return tt_seterr(-ETIMEDOUT, "gio path: %s: layer %u not done after %.1f s: "
+				 "the path was fenced (TUTTI_GIO_WAIT_TIMEOUT_S; state dumped on "
+				 "stderr)", where, layer, p->wait_timeout_s);
+	return gp_err(r);
+}
+
+static void gp_watchdog_start(struct tt_gio_path *p)
+{
+	p->wd_stop = false;
+	p->watchdog = std::thread(gp_watchdog_run, p);
+}
+
+static void gp_watchdog_stop(struct tt_gio_path *p)
+{
+	if (!p->watchdog.joinable())
+		return;
+	{
+		std::lock_guard<std::mutex> lk(p->wd_mu);
+
+		p->wd_stop = true;
+	}
+	p->wd_cv.notify_one();
+	p->watchdog.join();
 }
 
 #endif /* TT_GIO_PATH_HANG_CUH */
