@@ -10,7 +10,9 @@ PY=${PY:-python3}
 
 # qemu-utils, qemu-system-common: qemu-io and qemu-storage-daemon, with which
 # tests/test_powerloss_replay.py logs a store's writes (blklogwrites) on the host
-APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs qemu-utils qemu-system-common)
+# libibverbs1 libnuma1 libcurl4: what Mooncake's wheel links (tutti[cluster], tests/cluster)
+APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs qemu-utils qemu-system-common
+	libibverbs1 libnuma1 libcurl4)
 # The on-disk-format fuzzers (make fuzz-ci): Debian's clang with libFuzzer.
 FUZZ_PKGS=(clang-14 libfuzzer-14-dev)
 
@@ -46,7 +48,8 @@ venv() {
 	local stamp="$VENV/.tutti-src-stamp" now
 	now=$(cat pyproject.toml setup.py $(find libtutti/src libtutti/include python -name '*.[ch]' -o -name '*.py' | sort) | sha1sum | cut -d' ' -f1)
 	if [ "$(cat "$stamp" 2>/dev/null)" != "$now" ]; then
-		"$VENV/bin/pip" install -q ".[test]"
+		# cluster: Mooncake (its non-CUDA wheel, ~40 MB), so tests/cluster run against a real master
+		"$VENV/bin/pip" install -q ".[test,cluster]"
 		echo "$now" >"$stamp"
 	fi
 }

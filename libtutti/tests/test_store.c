@@ -121,6 +121,40 @@ static void test_engine(const char *engine)
 		tap_ok(!strcmp(info.engine, engine), "[%s] engine in use: %s", engine,
 		       info.engine);
 	}
+	{
+		/* A slot's record carries the checksum tt_sum_block() computes
+		 * over the block's bytes: what a cluster peer checks. */
+		struct tt_slot_record rec;
+		int64_t slot;
+		uint64_t sum = 0;
+
+		key_of(100, key);
+		tt_store_lookup(s, key, 1, &slot);
+		tap_eq(tt_store_slot_record(s, (uint64_t)slot, &rec), 0, "[%s] slot record", engine);
+		tap_ok(!memcmp(rec.key, key, TT_KEY_BYTES) && rec.gen > 0,
+		       "[%s] record: the key, a generation", engine);
+		tap_eq(tt_sum_block(in, 4096, 4 * 2, &sum), 0, "[%s] block sum", engine);
+		tap_ok(sum == rec.data_sum, "[%s] block sum == committed data_sum", engine);
+		in[5] ^= 1;
+		tt_sum_block(in, 4096, 4 * 2, &sum);
+		tap_ok(sum != rec.data_sum, "[%s] one flipped bit: another sum", engine);
+		tap_eq(tt_store_slot_record(s, 8, &rec), (unsigned long long)-ERANGE,
+		       "[%s] record past the end: %s", engine, tt_errmsg());
+		tap_eq(tt_sum_block(in, 4096, 0, &sum), (unsigned long long)-EINVAL,
+		       "[%s] block of no object", engine);
+	}
+	{
+		/* An empty slot has no record to give. */
+		int64_t victim[1];
+
+		key_of(1, key);
+		tt_store_lookup(s, key, 1, victim);
+		tt_store_invalidate(s, victim, 1);
+		struct tt_slot_record rec;
+
+		tap_eq(tt_store_slot_record(s, (uint64_t)victim[0], &rec),
+		       (unsigned long long)-ENOENT, "[%s] record of an empty slot", engine);
+	}
 	tt_store_close(s);
 	free(in);
 	free(out);

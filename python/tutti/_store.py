@@ -521,6 +521,33 @@ class Store:
                 out[raw[i * K:(i + 1) * K]] = int(slots[i])
         return out
 
+    def slot_record(self, slot: int) -> dict:
+        """The committed record of ``slot`` (no I/O): {"key": 16-byte store key, "gen", "data_sum"}.
+
+        What a cluster peer is told it will get and checks it got; KeyError if the slot is not committed.
+        """
+        if not isinstance(slot, int) or isinstance(slot, bool):
+            raise TypeError(f"slot must be an int, not {type(slot).__name__}")
+        if not 0 <= slot < self._geometry.n_slots:
+            raise IndexError(f"slot {slot} outside the store's {self._geometry.n_slots} slots")
+        rec = self._ffi.new("struct tt_slot_record *")
+        L = self._lib()
+        rc = L.tt_store_slot_record(self._handle(), slot, rec)
+        if rc == -errno.ENOENT:
+            L.tt_clearerr()
+            raise KeyError(slot)
+        self._ok(rc, "slot record")
+        return {"key": bytes(self._ffi.buffer(rec.key)), "gen": int(rec.gen), "data_sum": int(rec.data_sum)}
+
+    def block_sum(self, data) -> int:
+        """The data checksum a commit of ``data`` (one whole block, put()'s layout) records: libtutti's
+        own rule (tt_sum_block), to compare with slot_record()'s data_sum."""
+        buf = self._block_buffer(data)
+        g = self._geometry
+        out = self._ffi.new("uint64_t *")
+        self._ok(self._lib().tt_sum_block(buf, g.span_bytes, g.n_layers * g.n_spans, out), "block sum")
+        return int(out[0])
+
     # --- layer-wise transfers --------------------------------------------------
 
     def write(self, keys, kv=None, block_ids=None):

@@ -261,6 +261,31 @@ int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count,
 		  uint8_t *keys, int64_t *slots, unsigned cap);
 
 /**
+ * tt_store_slot_record() - the committed record of @slot: key, generation,
+ * data checksum (what a peer is told it will get, and checks it got)
+ * @s: store
+ * @slot: slot number
+ * @out: a copy of the in-memory record
+ *
+ * From the in-memory index: no I/O.
+ * Return: 0, -ERANGE (slot out of range) or -ENOENT (slot not committed).
+ */
+int tt_store_slot_record(struct tt_store *s, uint64_t slot,
+			 struct tt_slot_record *out);
+
+/**
+ * tt_sum_block() - the data checksum a commit records for a block held
+ * contiguously in @buf (layout as tt_store_put(): @n_objs objects of
+ * @span_bytes each, (layer, span) order)
+ *
+ * The same XXH3 rule (and code) as every commit and load, so bytes received
+ * from elsewhere are checked against a record's data_sum without a store.
+ * Return: 0 and @out, -EINVAL (no object) or -ENOMEM.
+ */
+int tt_sum_block(const void *buf, uint32_t span_bytes, uint32_t n_objs,
+		 uint64_t *out);
+
+/**
  * tt_store_write_begin() - start storing blocks under @keys
  * @s: store (not read-only)
  * @keys: n keys, back to back

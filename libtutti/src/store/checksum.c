@@ -5,9 +5,12 @@
  * they arrive and a misplaced object cannot pass for another.  A slot's
  * checksum is the hash of its objects' hashes.
  */
+#include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <xxhash.h>
 
+#include "tutti/error.h"
 #include "store_impl.h"
 
 uint64_t tt_sum_object(const void *p, uint32_t len, uint32_t obj_index)
@@ -18,6 +21,24 @@ uint64_t tt_sum_object(const void *p, uint32_t len, uint32_t obj_index)
 uint64_t tt_sum_combine(const uint64_t *sums, uint32_t n)
 {
 	return XXH3_64bits(sums, (size_t)n * sizeof(*sums));
+}
+
+int tt_sum_block(const void *buf, uint32_t span_bytes, uint32_t n_objs,
+		 uint64_t *out)
+{
+	const uint8_t *p = buf;
+	uint64_t *sums;
+
+	if (n_objs == 0)
+		return tt_seterr(-EINVAL, "a block has at least one object");
+	sums = malloc((size_t)n_objs * sizeof(*sums));
+	if (!sums)
+		return tt_seterr(-ENOMEM, "no memory for %u object checksums", n_objs);
+	for (uint32_t m = 0; m < n_objs; m++)
+		sums[m] = tt_sum_object(p + (size_t)m * span_bytes, span_bytes, m);
+	*out = tt_sum_combine(sums, n_objs);
+	free(sums);
+	return 0;
 }
 
 uint64_t tt_sum_record(const struct tt_slot_record *r, uint64_t slot)

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * Listing committed slots: what a group of stores (one per tensor-parallel
- * rank) compares to find blocks committed on some ranks only.
+ * rank) compares to find blocks committed on some ranks only, and what a
+ * node tells its cluster peers it holds (tt_store_slot_record()).
  */
+#include <errno.h>
 #include <string.h>
 
+#include "tutti/error.h"
 #include "store_impl.h"
 
 int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count,
@@ -26,4 +29,19 @@ int tt_store_list(struct tt_store *s, uint64_t first, uint64_t count,
 		found++;
 	}
 	return found;
+}
+
+int tt_store_slot_record(struct tt_store *s, uint64_t slot,
+			 struct tt_slot_record *out)
+{
+	const struct tt_slots *sl = &s->slots;
+
+	if (slot >= sl->n)
+		return tt_seterr(-ERANGE, "slot %llu outside the store's %llu slots",
+				 (unsigned long long)slot, (unsigned long long)sl->n);
+	if (sl->state[slot] != TT_MS_COMMITTED)
+		return tt_seterr(-ENOENT, "slot %llu is not committed",
+				 (unsigned long long)slot);
+	*out = sl->rec[slot];
+	return 0;
 }

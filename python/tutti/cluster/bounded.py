@@ -1,0 +1,53 @@
+"""Every call into Mooncake ends within a deadline.
+
+Mooncake's own RPCs wait ~4 s on a dead master and a transfer to a killed peer may wait longer; a
+serving engine cannot.  ``Bounded.call`` runs the call on a daemon thread and returns at the deadline
+(the call is then a failure for the caller).  A call still stuck in C cannot be stopped: it is counted,
+and while ``max_stuck`` are stuck new calls fail at once instead of piling up threads.
+"""
+from __future__ import annotations
+
+import threading
+
+
+class CallTimeout(TimeoutError):
+    """A Mooncake call did not answer in time (or too many earlier ones are still stuck)."""
+
+
+class Bounded:
+    def __init__(self, max_stuck: int = 4):
+        self.max_stuck = max_stuck
+        self._stuck = 0
+        self._lock = threading.Lock()
+        self.timeouts = 0
+
+    @property
+    def stuck(self) -> int:
+        return self._stuck
+
+    def call(self, timeout_s: float, fn, *args, what: str = "mooncake call"):
+        """``fn(*args)``'s result, or CallTimeout after ``timeout_s``; its exception is re-raised."""
+        with self._lock:
+            if self._stuck >= self.max_stuck:
+                raise CallTimeout(f"{what}: {self._stuck} earlier calls are still stuck (peer or master down?)")
+            self._stuck += 1
+        box = {}
+
+        def run():
+            try:
+                box["v"] = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["e"] = e
+            finally:
+                with self._lock:
+                    self._stuck -= 1
+
+        t = threading.Thread(target=run, name="tutti-mooncake-call", daemon=True)
+        t.start()
+        t.join(timeout_s)
+        if t.is_alive():
+            self.timeouts += 1
+            raise CallTimeout(f"{what}: no answer in {timeout_s:g} s")
+        if "e" in box:
+            raise box["e"]
+        return box.get("v")

@@ -1,0 +1,62 @@
+"""The cluster tier's settings: the ``cluster_*`` keys of the connector's extra config (docs/cluster.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .errors import ClusterError
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Where the Mooncake master and metadata server are, this node's transfer endpoint, and the bounds
+    of every wait.
+
+    ``host:port`` is this node's endpoint (its Mooncake segment name and node id): unique per node.
+    """
+
+    master: str = "127.0.0.1:50051"            # mooncake_master RPC address
+    metadata: str = "http://127.0.0.1:8080/metadata"  # its HTTP metadata server
+    host: str = "127.0.0.1"                    # this node's address as peers reach it
+    port: int = 17001                          # this node's transfer-engine port
+    protocol: str = "tcp"                      # "tcp" ran here; "rdma" is Mooncake's, not run here
+    rdma_devices: str = ""
+    index_bytes: int = 32 << 20                # this node's Mooncake segment: holds its descriptors
+    batch_blocks: int = 16                     # blocks per transfer request (staging buffer size)
+    call_timeout_s: float = 2.0                # any one Mooncake call (master, metadata)
+    fetch_timeout_s: float = 10.0              # one batch of blocks from a peer
+    keeper_interval_s: float = 1.0             # how often a node checks its index survived (master restart)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def from_extra_config(cls, extra: dict) -> "ClusterConfig":
+        """From ``cluster_<field>`` keys (``cluster_master``, ``cluster_port``...); unknown ``cluster_``
+        keys are refused, so a typo is not silently a default."""
+        known = {f.name: f for f in fields(cls)}
+        kw = {}
+        for k, v in extra.items():
+            if not k.startswith("cluster_") or k == "cluster_enable":
+                continue
+            name = k[len("cluster_"):]
+            if name not in known:
+                raise ClusterError(f"unknown cluster option {k!r} (known: "
+                                   f"{', '.join('cluster_' + n for n in known)})")
+            typ = type(getattr(cls, name))
+            try:
+                kw[name] = typ(v)
+            except (TypeError, ValueError):
+                raise ClusterError(f"cluster option {k}={v!r} is not a {typ.__name__}") from None
+        cfg = cls(**kw)
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ClusterError(f"cluster_port {self.port} is not a TCP port")
+        for name in ("call_timeout_s", "fetch_timeout_s", "keeper_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ClusterError(f"cluster_{name} must be > 0: every wait is bounded")
+        if self.batch_blocks < 1:
+            raise ClusterError("cluster_batch_blocks must be >= 1")

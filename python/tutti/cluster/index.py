@@ -1,0 +1,217 @@
+"""The cluster index: which node holds which block, kept in Mooncake.
+
+A node publishes one descriptor object per block its store holds (tutti.cluster.descriptor) into its
+*own* Mooncake segment, so Mooncake's master drops them with the node when the node stops heartbeating
+(the master's client_ttl) — no home-made liveness service.  A clean shutdown withdraws them at once.
+
+Publishing the same block from two nodes at once: a name held by another node's valid descriptor is
+left alone (the first one stays), a name that is empty, invalid or this node's own (a stale
+generation) is written.  Two nodes racing on an empty name both write; the last write is what every
+reader sees, and both writers hold the block, so any answer is a correct one — and a fetch checks the
+bytes anyway.
+
+Every Mooncake call is bounded (cluster_call_timeout_s); while the master is unreachable (the node's
+keeper says so) lookups are misses at once instead of timing out one by one.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from .._store import key_from_bytes
+from .bounded import CallTimeout
+from .descriptor import Descriptor
+from .errors import DescriptorError
+from .keys import block_name, fingerprint_id, node_name
+
+log = logging.getLogger("tutti.cluster")
+
+
+class ClusterIndex:
+    """Publish, withdraw and look up location descriptors of one store's blocks."""
+
+    def __init__(self, store, link, store_lock, stats):
+        self.store, self.link, self.lock, self.stats = store, link, store_lock, stats
+        self.fp_id = fingerprint_id(store.fingerprint)
+        self.endpoint = link.cfg.endpoint
+        self.master_up = threading.Event()
+        self.master_up.set()
+
+    # --- names -------------------------------------------------------------------
+
+    def store_key(self, key) -> bytes:
+        """The 16-byte store key of a connector key (the same hash the store uses)."""
+        return key_from_bytes(self.store._owned.binding, key)
+
+    def name_of(self, store_key: bytes) -> str:
+        return block_name(self.fp_id, store_key)
+
+    @property
+    def node_record(self) -> str:
+        return node_name(self.fp_id, self.endpoint)
+
+    # --- publishing ----------------------------------------------------------------
+
+    def _descriptors_of_slots(self, slots) -> list:
+        """This node's descriptor of each committed slot (slots no longer committed are left out)."""
+        g = self.store.geometry
+        out = []
+        with self.lock:
+            for slot in slots:
+                try:
+                    rec = self.store.slot_record(slot)
+                except KeyError:
+                    continue
+                out.append(Descriptor(fp_id=self.fp_id, key=rec["key"], store_uuid=self.store.uuid,
+                                      endpoint=self.endpoint, slot=slot, gen=rec["gen"],
+                                      data_sum=rec["data_sum"], block_bytes=self.store.block_bytes,
+                                      span_bytes=g.span_bytes, n_objs=g.n_layers * g.n_spans))
+        return out
+
+    def publish(self, keys) -> int:
+        """Publish the blocks of connector ``keys`` this store holds; returns how many were written."""
+        keys = list(keys)
+        with self.lock:
+            slots = [s for s in self.store.lookup(keys) if s is not None]
+        return self.publish_slots(slots)
+
+    def publish_slots(self, slots) -> int:
+        descs = self._descriptors_of_slots(slots)
+        if not descs:
+            return 0
+        names = [self.name_of(d.key) for d in descs]
+        current = self._get_values(names)
+        if current is None:
+            return 0
+        put_names, put_values = [], []
+        for name, d, cur in zip(names, descs, current):
+            if cur:
+                try:
+                    other = Descriptor.decode(cur)
+                    if other == d:
+                        continue  # already there
+                    if other.endpoint != self.endpoint and other.fp_id == self.fp_id:
+                        continue  # another node published it first: its descriptor stays
+                except DescriptorError:
+                    pass  # garbage under our name: replaced
+            put_names.append(name)
+            put_values.append(d.encode())
+        if not put_names:
+            return 0
+        try:
+            rc = self.link.call(self.link.store.upsert_batch, put_names, put_values,
+                                self.link.replicate_here(), what=f"publish {len(put_names)} blocks")
+        except CallTimeout as e:
+            log.warning("tutti cluster: %s", e)
+            return 0
+        if rc != 0:
+            log.warning("tutti cluster: publishing %d blocks failed (mooncake rc %s)", len(put_names), rc)
+            return 0
+        self.stats["published"] += len(put_names)
+        return len(put_names)
+
+    def republish_all(self, chunk: int = 1024) -> int:
+        """Publish everything the store holds (its on-disk slot table), and this node's record."""
+        with self.lock:
+            slots = list(self.store.committed().values())
+        n = 0
+        for i in range(0, len(slots), chunk):
+            n += self.publish_slots(slots[i:i + chunk])
+        self.link.call(self.link.store.upsert, self.node_record, self.endpoint.encode(),
+                       self.link.replicate_here(), what="publish node record")
+        self.stats["republished"] += 1
+        return n
+
+    def withdraw(self, keys) -> int:
+        """Remove this node's descriptors of connector ``keys`` (before or after its store drops them)."""
+        return self.withdraw_store_keys([self.store_key(k) for k in keys])
+
+    def withdraw_store_keys(self, store_keys) -> int:
+        names = [self.name_of(k) for k in store_keys]
+        current = self._get_values(names)
+        if current is None:
+            return 0
+        mine = []
+        for name, cur in zip(names, current):
+            try:
+                if cur and Descriptor.decode(cur).endpoint == self.endpoint:
+                    mine.append(name)
+            except DescriptorError:
+                mine.append(name)  # garbage: nobody's, removed
+        if not mine:
+            return 0
+        try:
+            rcs = self.link.call(self.link.store.batch_remove, mine, True, what=f"withdraw {len(mine)}")
+        except CallTimeout as e:
+            log.warning("tutti cluster: %s", e)
+            return 0
+        n = sum(1 for rc in rcs if rc == 0)
+        self.stats["withdrawn"] += n
+        return n
+
+    def withdraw_all(self) -> int:
+        """Withdraw every block of this store and the node record (a clean shutdown)."""
+        with self.lock:
+            keys = list(self.store.committed())
+        n = self.withdraw_store_keys(keys)
+        try:
+            self.link.call(self.link.store.remove, self.node_record, True, what="withdraw node record")
+        except CallTimeout:
+            pass
+        return n
+
+    # --- lookups -------------------------------------------------------------------
+
+    def _get_values(self, names):
+        """Values of ``names`` (b"" where absent), or None when the master cannot be asked."""
+        if not names:
+            return []
+        if not self.master_up.is_set():
+            self.stats["lookups_master_down"] += 1
+            return None
+        try:
+            vals = self.link.call(self.link.store.get_batch, names, what=f"look up {len(names)} blocks")
+        except CallTimeout as e:
+            log.warning("tutti cluster: %s", e)
+            self.stats["lookup_timeouts"] += 1
+            return None
+        if vals is None or len(vals) != len(names):
+            return None
+        return [bytes(v) if v else b"" for v in vals]
+
+    def lookup(self, keys) -> list:
+        """The checked descriptor of each connector key held by *another* node, or None.
+
+        A value that fails its checks (DescriptorError: torn, altered, stale format, another model or
+        geometry) is a miss and counted as rejected.
+        """
+        store_keys = [self.store_key(k) for k in keys]
+        vals = self._get_values([self.name_of(k) for k in store_keys])
+        self.stats["lookups"] += len(store_keys)
+        if vals is None:
+            return [None] * len(store_keys)
+        out = []
+        g = self.store.geometry
+        for sk, v in zip(store_keys, vals):
+            if not v:
+                out.append(None)
+                continue
+            try:
+                d = Descriptor.decode(v)
+                d.check_against(self.fp_id, sk, g)
+            except DescriptorError as e:
+                self.stats["rejected"] += 1
+                log.info("tutti cluster: descriptor of %s rejected: %s", sk.hex(), e)
+                out.append(None)
+                continue
+            out.append(None if d.endpoint == self.endpoint else d)
+        return out
+
+    def lookup_prefix(self, keys) -> int:
+        """How many of ``keys``, from the first, other nodes hold (a prefix stops at its first miss)."""
+        n = 0
+        for d in self.lookup(keys):
+            if d is None:
+                break
+            n += 1
+        return n

@@ -1,0 +1,167 @@
+"""One node of the cluster tier: its store, its Mooncake link, its index entries, its transfers.
+
+Threads: a dispatcher that takes the transfer engine's notifies (requests to serve, replies to fetches)
+and a keeper that checks every cluster_keeper_interval_s that this node's record is still in Mooncake:
+when the master is unreachable it marks the index down (lookups are misses at once); when the record is
+gone (a master restarted empty) it re-publishes everything the store holds from the slot table.
+
+The store is not thread-safe: everything here touches it under ``store_lock``, and a caller that uses
+the same Store elsewhere (the connector) must hold that lock too (ClusterNode.store_lock).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+from .bounded import CallTimeout
+from .config import ClusterConfig
+from .errors import ClusterError
+from .index import ClusterIndex
+from .link import Link
+from .transfer import Transfers
+
+log = logging.getLogger("tutti.cluster")
+
+
+class ClusterNode:
+    """Join the cluster with ``store`` (publishing what it holds), serve peers, fetch from them."""
+
+    def __init__(self, store, cfg: ClusterConfig, *, store_lock=None, publish_now: bool = True):
+        cfg.check()
+        self.store, self.cfg = store, cfg
+        self.store_lock = store_lock or threading.RLock()
+        self.stats = collections.Counter()
+        self.link = Link(cfg, Transfers.staging_bytes(store.block_bytes, cfg.batch_blocks))
+        self.index = ClusterIndex(store, self.link, self.store_lock, self.stats)
+        self.transfers = Transfers(store, self.link, self.store_lock, self.stats)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._dispatch, name="tutti-cluster-notify", daemon=True),
+                         threading.Thread(target=self._keep, name="tutti-cluster-keeper", daemon=True)]
+        if publish_now:
+            try:
+                self.index.republish_all()
+            except CallTimeout as e:
+                log.warning("tutti cluster: first publish failed (%s); the keeper retries", e)
+        for t in self._threads:
+            t.start()
+
+    # --- the API the connector calls --------------------------------------------------
+
+    def lookup_prefix(self, keys) -> int:
+        """Blocks of ``keys``, from the first, that other nodes hold (connector keys)."""
+        return self.index.lookup_prefix(keys)
+
+    def fetch(self, keys, into) -> list:
+        """Fetch the blocks of connector ``keys`` from their owners into writable buffers ``into`` (one
+        per key, block_bytes each); per key True only if those bytes match the owner's committed checksum.
+        A False leaves undefined bytes in its buffer: that block is recomputed."""
+        keys, into = list(keys), list(into)
+        if len(keys) != len(into):
+            raise ValueError(f"{len(keys)} keys but {len(into)} buffers")
+        for b in into:
+            if memoryview(b).nbytes != self.store.block_bytes:
+                raise ValueError(f"each buffer must hold one block ({self.store.block_bytes} bytes)")
+        descs = self.index.lookup(keys)
+        result = [False] * len(keys)
+        by_owner = collections.defaultdict(list)
+        for i, d in enumerate(descs):
+            if d is None:
+                self.stats["misses_absent"] += 1
+            else:
+                by_owner[d.endpoint].append(i)
+        n = self.cfg.batch_blocks
+        for owner, idx in by_owner.items():
+            for c in range(0, len(idx), n):
+                part = idx[c:c + n]
+                got = self.transfers.fetch_from(owner, [descs[i] for i in part], [into[i] for i in part])
+                for i, ok in zip(part, got):
+                    result[i] = ok
+        return result
+
+    def fetch_into_store(self, keys) -> list:
+        """Fetch blocks and keep a local replica of each verified one (then publish it too)."""
+        bufs = [bytearray(self.store.block_bytes) for _ in keys]
+        ok = self.fetch(keys, bufs)
+        with self.store_lock:
+            for k, b, good in zip(keys, bufs, ok):
+                if good:
+                    self.store.put(k, b)
+        self.publish([k for k, good in zip(keys, ok) if good])
+        return ok
+
+    def publish(self, keys) -> int:
+        """Tell the cluster this store holds connector ``keys`` (after they committed)."""
+        return self.index.publish(keys)
+
+    def withdraw(self, keys) -> int:
+        """Tell the cluster this store no longer holds ``keys`` (before or after evicting them)."""
+        return self.index.withdraw(keys)
+
+    def info(self) -> dict:
+        return {"endpoint": self.cfg.endpoint, "store_uuid": self.store.uuid,
+                "master": self.cfg.master, "master_up": self.index.master_up.is_set(),
+                "stats": dict(self.stats)}
+
+    # --- lifetime ---------------------------------------------------------------------
+
+    def close(self, withdraw: bool = True) -> None:
+        """Leave the cluster: withdraw this node's entries (bounded), stop the threads."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        if withdraw:
+            try:
+                self.index.withdraw_all()
+            except (CallTimeout, ClusterError) as e:
+                log.info("tutti cluster: withdraw at close: %s", e)
+        for t in self._threads:
+            t.join(self.cfg.call_timeout_s + self.cfg.fetch_timeout_s)
+        self.link.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- threads ----------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        engine = self.link.engine
+        while not self._stop.is_set():
+            try:
+                notes = engine.get_notifies()
+            except Exception as e:  # noqa: BLE001 - keep serving; say why once in a while
+                log.info("tutti cluster: get_notifies: %s", e)
+                notes = []
+            if not notes:
+                self._stop.wait(0.002)
+                continue
+            for n in notes:
+                try:
+                    self.transfers.on_notify(n.name, n.msg)
+                except Exception as e:  # noqa: BLE001 - one bad request must not stop the node
+                    self.stats["serve_failures"] += 1
+                    log.warning("tutti cluster: handling a peer message failed: %s", e)
+
+    def _keep(self) -> None:
+        idx, link = self.index, self.link
+        while not self._stop.wait(self.cfg.keeper_interval_s):
+            try:
+                there = link.call(link.store.is_exist, idx.node_record, what="check node record")
+            except CallTimeout:
+                there = -1
+            if there < 0:
+                if idx.master_up.is_set():
+                    log.warning("tutti cluster: master %s unreachable: remote lookups are misses until it "
+                                "answers", self.cfg.master)
+                idx.master_up.clear()
+                continue
+            idx.master_up.set()
+            if there == 0:
+                try:
+                    n = idx.republish_all()
+                    log.info("tutti cluster: re-published %d blocks", n)
+                except CallTimeout as e:
+                    log.info("tutti cluster: re-publish: %s", e)

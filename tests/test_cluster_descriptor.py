@@ -1,0 +1,74 @@
+"""Location descriptors and cluster options are checked before they are trusted (no Mooncake needed)."""
+import pytest
+
+from tutti.cluster import ClusterConfig, ClusterError, Descriptor, DescriptorError
+from tutti.cluster.keys import block_name, fingerprint_id
+from tutti.model import Fingerprint, Geometry
+
+TINY = Fingerprint(model_id="tests/tiny", dtype="float16", n_layers=4, kv_heads=2, head_dim=64, block_size=16)
+
+GEO = Geometry(n_layers=4, n_spans=2, span_bytes=4096, obj_stride=4096, n_members=1, stripe_objs=256,
+               n_slots=16, data_off=1 << 20)
+
+
+def desc(**kw):
+    base = dict(fp_id=fingerprint_id(TINY), key=bytes(range(16)), store_uuid="12345678-1234-5678-1234-567812345678",
+                endpoint="127.0.0.1:17001", slot=3, gen=7, data_sum=0xDEADBEEF, block_bytes=8 * 4096,
+                span_bytes=4096, n_objs=8)
+    base.update(kw)
+    return Descriptor(**base)
+
+
+def test_round_trip():
+    d = desc()
+    assert Descriptor.decode(d.encode()) == d
+    d.check_against(fingerprint_id(TINY), bytes(range(16)), GEO)
+
+
+@pytest.mark.parametrize("mangle, reason", [
+    (lambda v: v[:-1], "bytes; its header says"),
+    (lambda v: v + b"x", "bytes; its header says"),
+    (lambda v: v[:10], "shorter than its header"),
+    (lambda v: b"XXXX" + v[4:], "magic"),
+    (lambda v: v[:4] + b"\x02\x00" + v[6:], "version 2"),
+    (lambda v: v[:60] + bytes([v[60] ^ 0x80]) + v[61:], "fails its check"),
+    (lambda v: v[:-3] + bytes([v[-3] ^ 1]) + v[-2:], "fails its check"),
+])
+def test_damaged_values_are_refused(mangle, reason):
+    with pytest.raises(DescriptorError, match=reason):
+        Descriptor.decode(mangle(desc().encode()))
+
+
+def test_inconsistent_geometry_is_refused():
+    with pytest.raises(DescriptorError, match="inconsistent"):
+        Descriptor.decode(desc(block_bytes=123).encode())
+
+
+def test_another_model_key_or_shape_is_refused():
+    d = desc()
+    other = fingerprint_id(TINY.__class__(**{**TINY.to_dict(), "tp_rank": 1, "tp_size": 2}))
+    with pytest.raises(DescriptorError, match="another model or TP rank"):
+        d.check_against(other, d.key, GEO)
+    with pytest.raises(DescriptorError, match="another block key"):
+        d.check_against(d.fp_id, bytes(16), GEO)
+    with pytest.raises(DescriptorError, match="this store's is"):
+        d.check_against(d.fp_id, d.key, Geometry(**{**GEO.__dict__, "span_bytes": 2048}))
+
+
+def test_names_carry_the_model_and_rank():
+    fp1 = fingerprint_id(TINY)
+    fp2 = fingerprint_id(TINY.__class__(**{**TINY.to_dict(), "model_id": "other"}))
+    assert fp1 != fp2 and block_name(fp1, b"k" * 16) != block_name(fp2, b"k" * 16)
+
+
+def test_options_from_extra_config():
+    cfg = ClusterConfig.from_extra_config({"path": "/x", "cluster_master": "10.0.0.1:50051",
+                                           "cluster_port": "17005", "cluster_fetch_timeout_s": 3})
+    assert cfg.master == "10.0.0.1:50051" and cfg.port == 17005 and cfg.fetch_timeout_s == 3.0
+    assert cfg.endpoint == "127.0.0.1:17005"
+    with pytest.raises(ClusterError, match="unknown cluster option 'cluster_mastr'"):
+        ClusterConfig.from_extra_config({"cluster_mastr": "x"})
+    with pytest.raises(ClusterError, match="not a int"):
+        ClusterConfig.from_extra_config({"cluster_port": "many"})
+    with pytest.raises(ClusterError, match="bounded"):
+        ClusterConfig.from_extra_config({"cluster_call_timeout_s": 0})
