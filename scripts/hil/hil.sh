@@ -17,7 +17,7 @@
 #
 # Environment: HIL_KERNELS (lines, default "6.1 6.12"), HIL_CRASH (auto|0|1), HIL_CRASH_ROUNDS (1),
 # HIL_POWERLOSS (1; 0 skips the replay; its sizes: HIL_PL_OPS, HIL_PL_CRASH_STATES, HIL_PL_SEED),
-# HIL_BOOT_TIMEOUT (seconds per boot, 480), HIL_BOOT_RETRIES (boots again after a kernel death before
+# HIL_BOOT_TIMEOUT (seconds per boot, 720), HIL_BOOT_RETRIES (boots again after a kernel death before
 # /init, 1), HIL_SUITE (guest script, default tests/hil/run-guest.sh,
 # else the placeholder scripts/hil/placeholder-guest.sh), HIL_IMG_SIZE (512M), PY (python3),
 # HIL_VENV_INSTALL=0 (debugging: keep .venv-hil as it is instead of reinstalling from this tree).

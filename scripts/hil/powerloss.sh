@@ -16,7 +16,7 @@
 #
 # Environment: HIL_PL_OPS (300: ~240 write sequences), HIL_PL_CRASH_STATES (2000 per engine),
 # HIL_PL_SEED (random, printed), HIL_PL_FILE_ENGINE (uring; or psync),
-# HIL_BOOT_TIMEOUT (480). Logs in build/hil/logs/KVER/: powerloss.{console,results}.log (the boot),
+# HIL_BOOT_TIMEOUT (720). Logs in build/hil/logs/KVER/: powerloss.{console,results}.log (the boot),
 # pl-replay.results.log (TAP), powerloss-<engine>.json (counts); images and logs of the
 # drives in build/hil/images/KVER/pl-{a,b}.{img,log}. Exit 0 when every check passed.
 set -euo pipefail

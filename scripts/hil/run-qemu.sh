@@ -3,7 +3,7 @@
 # root over virtio 9p; the guest runs the suite for PHASE and powers off.
 #
 #   scripts/hil/run-qemu.sh [options] KVER PHASE IMG_A IMG_B
-#     --timeout S          kill QEMU (SIGKILL) after S seconds: exit 124       (default: $HIL_BOOT_TIMEOUT or 480)
+#     --timeout S          kill QEMU (SIGKILL) after S seconds: exit 124       (default: $HIL_BOOT_TIMEOUT or 720)
 #     --kill-on MARKER     SIGKILL QEMU a random 0.5-3 s after a line starting with MARKER appears on
 #                          the results port (crash-reboot scenario): exit 137 when that happened
 #     --kill-delay-ms MS   fixed delay instead of the random one
@@ -34,7 +34,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/hil/lib.sh
 
-TIMEOUT=${HIL_BOOT_TIMEOUT:-480}
+TIMEOUT=${HIL_BOOT_TIMEOUT:-720}
 KILL_ON=
 KILL_DELAY_MS=
 SUITE=${HIL_SUITE:-tests/hil/run-guest.sh}
