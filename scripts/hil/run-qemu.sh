@@ -170,7 +170,7 @@ QEMU=(qemu-system-x86_64
 	-accel tcg -machine q35 -m 2G -smp 2
 	-nographic -monitor none -no-reboot -vga none -nic none
 	-kernel "$VMLINUZ" -initrd "$KD/initramfs.cpio.gz"
-	-append "console=ttyS0,115200 panic=-1 mitigations=off hil_env=$ENVF"
+	-append "console=ttyS0,115200 panic=-1 mitigations=off kfence.sample_interval=100 hil_env=$ENVF"
 	-serial "file:$CONSOLE" -serial "file:$RESULTS"
 	-drive "$(drive_opts a "$IMG_A" "$BLKLOG_a")"
 	-device nvme,serial=tuttiA,drive=a,addr=4

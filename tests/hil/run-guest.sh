@@ -66,6 +66,10 @@ WATCHDOG=$!
 trap 'kill $WATCHDOG 2>/dev/null' EXIT
 # KFENCE (6.12: built in, off at boot) samples slab allocations and reports a use after free or
 # an out-of-bounds access of one: on for the race tests (one allocation in every 1 ms).
+# The pool is made at boot (run-qemu.sh: kfence.sample_interval=100): enabled late, KFENCE
+# allocates it with alloc_contig_pages, which on a guest whose memory the earlier tests
+# fragmented looped for minutes (6.12: soft lockups in param_set_sample_interval, the boot
+# timed out). Here the interval only gets shorter.
 kfence_on() {
 	local p=/sys/module/kfence/parameters/sample_interval
 	if [ -w $p ] && echo 1 >$p 2>/dev/null; then echo "# KFENCE on (sample_interval $(cat $p) ms)"
