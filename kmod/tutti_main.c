@@ -248,3 +248,4 @@ module_pci_driver(tutti_driver);
 MODULE_DESCRIPTION("Tutti: NVMe queue pairs for user space");
 MODULE_AUTHOR("The Tutti authors");
 MODULE_LICENSE("GPL");
+MODULE_VERSION("0.1.0");	/* /sys/module/tutti/version: tutti-admin doctor shows it; keep = dkms.conf */

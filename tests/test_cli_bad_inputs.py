@@ -67,6 +67,9 @@ BASE = {
                      "--repeats": "1"}),
     "plan": ([], {"--model": "llama3-8b", "--tokens": "32K", "--hit-rates": "0.5"}),
     "gpu": ([], {}),
+    # fake roots (an empty directory): no GPU, no NVMe, nothing in procfs to judge: ready
+    "doctor": ([], {"--sysfs-root": E("dir"), "--procfs-root": E("dir"), "--dev-root": E("dir"),
+                    "--etc-root": E("dir")}),
 }
 # Options a tested option cannot be given with: dropped from the base line first.
 DROPS = {"model_config": ("--layers", "--kv-heads", "--head-dim"), "capacity": ("--slots",),
@@ -268,8 +271,22 @@ OPTIONS = {  # parameter name -> the catalogue of its bad values (the kind of va
                                ("three parts", "16:0:0", U), ("too long for memory", "99999999999999:0", U),
                                ("40 digits", "9" * 40 + ":0", U)),
 }
+OPTIONS.update({
+    "prometheus": flag, "rated_tbw": finite(), "dwpd": finite(), "warranty_years": finite(),
+    **{f"{r}_root": lambda cmd: [("empty", "", U), ("missing", E("missing-dir"), U), ("a file", E("notstore.img"), U),
+                                 ("FIFO", E("fifo"), U)] for r in ("sysfs", "procfs", "dev", "etc")},
+})
+
+
+def store_places(cmd):
+    """doctor's PATH...: a member (existing or not) or a directory; never a FIFO, socket or char device."""
+    return [("empty", "", U), ("FIFO", E("fifo"), U), ("socket", E("sock"), U), ("character device", "/dev/null", U),
+            ("under a file", E("notstore.img/x"), U), ("no such directory", E("nodir/s.img"), U),
+            ("overlong", "/tmp/" + "x" * 5000, U)]
+
+
 # Catalogue entries keyed by (command, parameter) where one parameter name means different things.
-OPTIONS_BY_COMMAND = {("profile", "device"): choice("cpu:1", "meta", "cuda:99")}
+OPTIONS_BY_COMMAND = {("profile", "device"): choice("cpu:1", "meta", "cuda:99"), ("doctor", "paths"): store_places}
 
 
 # ------------------------------------------------------------ the tree

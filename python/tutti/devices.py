@@ -293,6 +293,7 @@ def _kinfo(path: str):
             "model": ffi.string(info.mn).decode(errors="replace").strip(),
             "serial": ffi.string(info.sn).decode(errors="replace").strip(),
             "firmware": ffi.string(info.fr).decode(errors="replace").strip(),
+            "mdts_bytes": info.mdts_bytes, "sgls": info.sgls, "nn": info.nn,
         }
     finally:
         os.close(fd)

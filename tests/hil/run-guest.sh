@@ -300,6 +300,9 @@ if [ -n "${TUTTI_NVME_KO:-}" ] && [ -e "$TUTTI_NVME_KO" ]; then
 else
 	skip "TUTTI_NVME_KO not set: takeover test"
 fi
+# tutti-admin doctor sees the module (its version) and both controllers on it; exit 0/1/3 only.
+out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" tests/hil/doctor_guest.py $A $B 2>&1) \
+	&& ok "tutti-admin doctor: $out" || { not_ok "tutti-admin doctor"; echo "$out" | sed 's/^/# /'; }
 out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" -m pytest -q -rs -p no:cacheprovider tests/hil/test_admin_guest.py 2>&1) && ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py): $(echo "$out" | tail -1)" || { not_ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py)"; echo "$out" | sed 's/^/# /'; }
 
 # GPU memory for real, as far as the guest allows: the P2P build of tutti.ko against

@@ -17,7 +17,7 @@ from .common import (
     format_size,
     make_console,
 )
-from .params import InputFile
+from .params import Finite, InputFile
 
 _DEVICE_METAVAR = "PCI_ADDR|/dev/nvmeX|/dev/nvmeXnY|/dev/tuttiN"
 
@@ -188,14 +188,20 @@ def health_rows(d: dict) -> list:
 
 @main.command("health", epilog=EXIT_CODES)
 @click.argument("device", metavar=_DEVICE_METAVAR)
+@click.option("--rated-tbw", type=Finite(0.0, max=1e9), help="the drive's rated endurance in TB written")
+@click.option("--dwpd", type=Finite(0.0, max=1000.0), help="the drive's rated drive writes per day (with "
+              "--warranty-years and its capacity)")
+@click.option("--warranty-years", type=Finite(0.0, max=100.0), default=5.0, show_default=True,
+              help="warranty period the DWPD rating holds for")
 @_json_opt
-def health_cmd(device, as_json):
-    """Show a controller's SMART / health log, like `nvme smart-log`.
+def health_cmd(device, rated_tbw, dwpd, warranty_years, as_json):
+    """Show a controller's SMART / health log, like `nvme smart-log`, and its endurance.
 
     Read through the driver the controller is bound to: the kernel's nvme driver
     (NVME_IOCTL_ADMIN_CMD on /dev/nvmeX) or tutti.ko (its read-only admin
     passthrough on /dev/tuttiN).  Exit 1 when the critical warning is not zero.
-    Needs root.
+    With --rated-tbw or --dwpd: the write rate and the days left to the rated
+    endurance.  Needs root.
     """
     from rich.table import Table  # noqa: PLC0415
 
@@ -208,6 +214,7 @@ def health_cmd(device, as_json):
     except DeviceError as e:
         raise _device_error(e, "health") from None
     d = {"pci_address": bdf, "device": ctl["device"], "driver": ctl["driver"], **parse_smart_log(page).to_dict()}
+    d["endurance"] = _endurance(d, ctl, rated_tbw, dwpd, warranty_years)
     if as_json:
         _emit_json(d)
     else:
@@ -215,11 +222,39 @@ def health_cmd(device, as_json):
                   title_justify="left", show_header=False, box=None, pad_edge=False)
         t.add_column(style="bold")
         t.add_column()
-        for label, text in health_rows(d):
+        for label, text in health_rows(d) + endurance_rows(d["endurance"]):
             t.add_row(label, text, style="red" if label == "critical warning" and d["critical_warning"] else None)
         make_console().print(t)
     if d["critical_warning"]:
         sys.exit(EXIT_PROBLEMS)
+
+
+def _endurance(d: dict, ctl: dict, rated_tbw, dwpd, warranty_years) -> dict:
+    from ..endurance import projection, rated_bytes  # noqa: PLC0415
+
+    capacity = sum(ns["size_bytes"] or 0 for ns in ctl["namespaces"]) or None
+    try:
+        rated = rated_bytes(rated_tbw, dwpd, capacity, warranty_years)
+    except ValueError as e:
+        raise CliError(f"health: {e}", EXIT_USAGE) from None
+    return projection(d["data_written_bytes"], d["power_on_hours"], d["percent_used"], rated)
+
+
+def endurance_rows(e: dict) -> list:
+    """(label, text) rows of the endurance projection."""
+    rows = []
+    if e["write_bytes_per_day"] is not None:
+        rows.append(("write rate (lifetime average)", f"{_decimal_bytes(int(e['write_bytes_per_day']))}/day"))
+    if e["rated_bytes"]:
+        rows.append(("rated endurance", f"{_decimal_bytes(e['rated_bytes'])} "
+                                        f"({100 * e['rated_used_fraction']:.2f}% written)"))
+    if e["days_to_rated"] is not None:
+        rows.append(("days to rated endurance", f"{e['days_to_rated']:,.0f}"))
+    if e["days_to_percent_used_100"] is not None:
+        rows.append(("days to percentage used 100", f"{e['days_to_percent_used_100']:,.0f}"))
+    for why in e["why"]:
+        rows.append(("endurance", why))
+    return rows
 
 
 @main.command("hotplug", epilog=EXIT_CODES)

@@ -152,12 +152,22 @@ def _plan_fits(paths, fp, sizing: dict, layout: dict) -> None:
 @main.command("info", epilog=EXIT_CODES)
 @_paths_arg()
 @_fingerprint_options(required=False)
+@click.option("--prometheus", is_flag=True,
+              help="print Prometheus metrics (node exporter textfile format): occupancy, and the SMART "
+                   "log of NVMe members where readable (docs/operations.md)")
 @_json_opt
-def info_cmd(paths, as_json, **model):
+def info_cmd(paths, as_json, prometheus, **model):
     """Show a store's geometry, model fingerprint, occupancy and counters."""
     fp = _fingerprint(model, required=False)
+    if as_json and prometheus:
+        raise click.UsageError("give --json or --prometheus, not both")
     with _open(paths, "info", readonly=True, expect=fp) as s:
         info = _store_summary(s)
+    if prometheus:
+        from ..metrics import store_text  # noqa: PLC0415
+
+        click.echo(store_text(info), nl=False)
+        return
     if as_json:
         _emit_json(info)
         return
