@@ -44,7 +44,7 @@ help:
 	@echo "make bench      store benchmark: layer-wise retrieve vs fio and a naive reader"
 	@echo "make bench-vllm TTFT benchmark: no connector vs ExampleConnector vs TuttiConnector"
 	@echo "make lib        build/libtutti.a"
-	@echo "make ctest      C unit tests (TAP)"
+	@echo "make ctest      C unit tests (TAP, through prove) + the headers' examples compiled"
 	@echo "make ctest-asan C unit tests built with ASan + UBSan (build/asan)"
 	@echo "make fuzz-ci    each on-disk-format fuzzer for FUZZ_SECONDS (45) s (clang-14 + libFuzzer)"
 	@echo "make fuzz       each fuzzer for FUZZ_RUNS (1000000) executions (docs/reliability.md)"
@@ -90,9 +90,20 @@ $(BUILD)/tests/test_fault_model: libtutti/tests/test_fault_model.c libtutti/test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(filter %.c,$^) -o $@ $(BUILD)/libtutti.a $(LDFLAGS) $(LIBS)
 
-ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
-	@fail=0; for t in $(abspath $^); do echo "# $$t"; $$t || fail=1; done; \
-	if [ $$fail -ne 0 ]; then echo "C unit tests: FAILED"; exit 1; fi; echo "C unit tests: all passed"
+# The public headers' usage examples (the code after "Example" in their comments), each
+# compiled with the library's flags, so they cannot drift from the API.
+HEADER_EXAMPLES := $(BUILD)/header-examples/compiled
+$(HEADER_EXAMPLES): $(wildcard libtutti/include/tutti/*.h) scripts/header_examples.py
+	@rm -rf $(dir $@) && $(PY) scripts/header_examples.py $(dir $@)
+	@for f in $(dir $@)*.c; do echo "example $$(basename $$f)"; \
+	  $(CC) $(CFLAGS_COMMON) -c $$f -o $${f%.c}.o || exit 1; done; touch $@
+
+# Every C test program through the one TAP consumer (scripts/tap-run: prove): a missing or short
+# plan fails, skips are reported as skips.  PROVE_FLAGS=-v shows every line.
+PROVE_FLAGS ?= --failures --directives --timer
+ctest: $(addprefix $(BUILD)/tests/,$(CTESTS)) $(HEADER_EXAMPLES)
+	@if scripts/tap-run $(PROVE_FLAGS) $(addprefix $(BUILD)/tests/,$(CTESTS)); then \
+	  echo "C unit tests: all passed"; else echo "C unit tests: FAILED"; exit 1; fi
 
 # The C unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (gcc's,
 # no extra packages): any report fails the test binary, so the target fails.

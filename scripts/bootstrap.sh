@@ -10,7 +10,9 @@ PY=${PY:-python3}
 
 # qemu-utils, qemu-system-common: qemu-io and qemu-storage-daemon, with which
 # tests/test_powerloss_replay.py logs a store's writes (blklogwrites) on the host
-APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs qemu-utils qemu-system-common)
+# perl: prove (TAP::Harness), the one consumer of the test programs' TAP (scripts/tap-run)
+APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs qemu-utils qemu-system-common
+	perl)
 # The on-disk-format fuzzers (make fuzz-ci): Debian's clang with libFuzzer.
 FUZZ_PKGS=(clang-14 libfuzzer-14-dev)
 
