@@ -33,13 +33,13 @@ CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks scripts -name '*.cu' | sort)
 
 PHONY_GPU := gpu-lib
-.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
+.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan lint fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
 
 all: lib
 
 help:
 	@echo "make demo       main job: vLLM on CPU reloads a long prefix from a Tutti store (TTFT cold vs warm)"
-	@echo "make test       C unit tests, CUDA compile/link + GPU tests (skip without a GPU), pytest incl. real vLLM"
+	@echo "make test       C unit tests, CUDA compile/link + GPU tests (skip without a GPU), ruff + mypy, pytest incl. real vLLM"
 	@echo "make hil        tutti.ko + guest suite on QEMU's emulated NVMe (Debian 6.1 and 6.12, TCG)"
 	@echo "make bench      store benchmark: layer-wise retrieve vs fio and a naive reader"
 	@echo "make bench-vllm TTFT benchmark: no connector vs ExampleConnector vs TuttiConnector"
@@ -53,6 +53,7 @@ help:
 	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
 	@echo "make gpu-bench  gpu-test, then the GPU io_uring benchmark (results in build/gpu/out)"
 	@echo "make venv       $(VENV) with the tutti package installed"
+	@echo "make lint       ruff + mypy (pyproject.toml)"
 
 deps:
 	@scripts/bootstrap.sh deps
@@ -168,6 +169,11 @@ venv:
 vllm:
 	@scripts/bootstrap.sh vllm
 
+# ruff (style, imports, likely bugs) and mypy (the package's types), configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check python tests scripts benchmarks
+	$(VENV)/bin/mypy
+
 pytest: venv
 	$(VENV)/bin/python -m pytest -q tests
 
@@ -175,7 +181,7 @@ pytest: venv
 # path, so the vLLM worker's GPU-memory code runs here too, without a GPU.
 TEST_GPU_LIB := $(abspath build/gpu/libtutti_gpu.so)
 
-test: deps lib ctest ctest-asan fuzz-ci cuda-check gpu-test venv vllm
+test: deps lib ctest ctest-asan fuzz-ci cuda-check gpu-test venv lint vllm
 	@if [ -z "$$TUTTI_GPU_LIB" ] && [ -f $(TEST_GPU_LIB) ]; then export TUTTI_GPU_LIB=$(TEST_GPU_LIB); fi; \
 	echo "pytest: TUTTI_GPU_LIB=$${TUTTI_GPU_LIB:-(none: GpuStore tests skip)}"; \
 	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what Tutti needs on a fresh Debian/Ubuntu machine, idempotently.
 #   bootstrap.sh deps   system packages (liburing, xxhash headers, fio, ...)
-#   bootstrap.sh venv   .venv with the tutti package (and test extras)
+#   bootstrap.sh venv   .venv with the tutti package (and the test and lint extras: pytest, ruff, mypy)
 #   bootstrap.sh fuzz   deps plus clang-14 and libFuzzer (make fuzz-ci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,7 @@ venv() {
 	local stamp="$VENV/.tutti-src-stamp" now
 	now=$(cat pyproject.toml setup.py $(find libtutti/src libtutti/include python -name '*.[ch]' -o -name '*.py' | sort) | sha1sum | cut -d' ' -f1)
 	if [ "$(cat "$stamp" 2>/dev/null)" != "$now" ]; then
-		"$VENV/bin/pip" install -q ".[test]"
+		"$VENV/bin/pip" install -q ".[test,lint]"
 		echo "$now" >"$stamp"
 	fi
 }

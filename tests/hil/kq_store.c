@@ -228,8 +228,10 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!strcmp(cmd, "store") && argc == 4)
 		return t_store(argv[2], argv[3]) || tap_failed;
-	if (!strcmp(cmd, "writer") && argc == 5)
+	if (!strcmp(cmd, "writer") && argc == 5) {
+		tap_no_plan();	/* stdout carries committed indexes only (HIL-ACKED) */
 		return t_writer(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+	}
 	if (!strcmp(cmd, "crash") && argc == 5)
 		return t_crash(argv[0], argv[2], argv[3], atoi(argv[4])) || tap_failed;
 	if (!strcmp(cmd, "verify") && argc == 5) {
