@@ -33,18 +33,18 @@ CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks scripts -name '*.cu' | sort)
 
 PHONY_GPU := gpu-lib
-.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
+.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan lint fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
 
 all: lib
 
 help:
 	@echo "make demo       main job: vLLM on CPU reloads a long prefix from a Tutti store (TTFT cold vs warm)"
-	@echo "make test       C unit tests, CUDA compile/link + GPU tests (skip without a GPU), pytest incl. real vLLM"
+	@echo "make test       C unit tests, CUDA compile/link + GPU tests (skip without a GPU), ruff + mypy, pytest incl. real vLLM"
 	@echo "make hil        tutti.ko + guest suite on QEMU's emulated NVMe (Debian 6.1 and 6.12, TCG)"
 	@echo "make bench      store benchmark: layer-wise retrieve vs fio and a naive reader"
 	@echo "make bench-vllm TTFT benchmark: no connector vs ExampleConnector vs TuttiConnector"
 	@echo "make lib        build/libtutti.a"
-	@echo "make ctest      C unit tests (TAP)"
+	@echo "make ctest      C unit tests (TAP, through prove) + the headers' examples compiled"
 	@echo "make ctest-asan C unit tests built with ASan + UBSan (build/asan)"
 	@echo "make fuzz-ci    each on-disk-format fuzzer for FUZZ_SECONDS (45) s (clang-14 + libFuzzer)"
 	@echo "make fuzz       each fuzzer for FUZZ_RUNS (1000000) executions (docs/reliability.md)"
@@ -53,6 +53,7 @@ help:
 	@echo "make gpu-test   build and run the GPU tests (needs a GPU; they skip without one)"
 	@echo "make gpu-bench  gpu-test, then the GPU io_uring benchmark (results in build/gpu/out)"
 	@echo "make venv       $(VENV) with the tutti package installed"
+	@echo "make lint       ruff + mypy (pyproject.toml)"
 
 deps:
 	@scripts/bootstrap.sh deps
@@ -90,9 +91,20 @@ $(BUILD)/tests/test_fault_model: libtutti/tests/test_fault_model.c libtutti/test
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_COMMON) $(filter %.c,$^) -o $@ $(BUILD)/libtutti.a $(LDFLAGS) $(LIBS)
 
-ctest: $(addprefix $(BUILD)/tests/,$(CTESTS))
-	@fail=0; for t in $(abspath $^); do echo "# $$t"; $$t || fail=1; done; \
-	if [ $$fail -ne 0 ]; then echo "C unit tests: FAILED"; exit 1; fi; echo "C unit tests: all passed"
+# The public headers' usage examples (the code after "Example" in their comments), each
+# compiled with the library's flags, so they cannot drift from the API.
+HEADER_EXAMPLES := $(BUILD)/header-examples/compiled
+$(HEADER_EXAMPLES): $(wildcard libtutti/include/tutti/*.h) scripts/header_examples.py
+	@rm -rf $(dir $@) && $(PY) scripts/header_examples.py $(dir $@)
+	@for f in $(dir $@)*.c; do echo "example $$(basename $$f)"; \
+	  $(CC) $(CFLAGS_COMMON) -c $$f -o $${f%.c}.o || exit 1; done; touch $@
+
+# Every C test program through the one TAP consumer (scripts/tap-run: prove): a missing or short
+# plan fails, skips are reported as skips.  PROVE_FLAGS=-v shows every line.
+PROVE_FLAGS ?= --failures --directives --timer
+ctest: $(addprefix $(BUILD)/tests/,$(CTESTS)) $(HEADER_EXAMPLES)
+	@if scripts/tap-run $(PROVE_FLAGS) $(addprefix $(BUILD)/tests/,$(CTESTS)); then \
+	  echo "C unit tests: all passed"; else echo "C unit tests: FAILED"; exit 1; fi
 
 # The C unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (gcc's,
 # no extra packages): any report fails the test binary, so the target fails.
@@ -157,6 +169,11 @@ venv:
 vllm:
 	@scripts/bootstrap.sh vllm
 
+# ruff (style, imports, likely bugs) and mypy (the package's types), configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check python tests scripts benchmarks
+	$(VENV)/bin/mypy
+
 pytest: venv
 	$(VENV)/bin/python -m pytest -q tests
 
@@ -164,7 +181,7 @@ pytest: venv
 # path, so the vLLM worker's GPU-memory code runs here too, without a GPU.
 TEST_GPU_LIB := $(abspath build/gpu/libtutti_gpu.so)
 
-test: deps lib ctest ctest-asan fuzz-ci cuda-check gpu-test venv vllm
+test: deps lib ctest ctest-asan fuzz-ci cuda-check gpu-test venv lint vllm
 	@if [ -z "$$TUTTI_GPU_LIB" ] && [ -f $(TEST_GPU_LIB) ]; then export TUTTI_GPU_LIB=$(TEST_GPU_LIB); fi; \
 	echo "pytest: TUTTI_GPU_LIB=$${TUTTI_GPU_LIB:-(none: GpuStore tests skip)}"; \
 	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \

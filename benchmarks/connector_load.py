@@ -24,11 +24,11 @@ import time
 
 import torch
 
-import tutti.gpu  # noqa: F401,E402 - before CUDA starts: it asks CUDA for the hardware queues the gio path needs
-from tutti.vllm.config import ModelShape, TuttiConfig  # noqa: E402
-from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402
-from tutti.vllm.stats import TuttiStats  # noqa: E402
-from tutti.vllm.worker import WorkerSide  # noqa: E402
+import tutti.gpu  # noqa: F401 - before CUDA starts: it asks CUDA for the hardware queues the gio path needs
+from tutti.vllm.config import ModelShape, TuttiConfig
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
+from tutti.vllm.stats import TuttiStats
+from tutti.vllm.worker import WorkerSide
 
 LAYERS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
 

@@ -68,9 +68,11 @@ def run(args):
         "mem": sh("free -g | awk '/Mem:/{print $2}'") + " GiB",
         "kernel": platform.release(),
         "nvcc": sh("nvcc --version | tail -1"),
-        "disk": sh(f"df -T {disk_dir} | tail -1") + " | " + sh("lsblk -d -o NAME,SIZE,ROTA,MODEL | head -5 | tr '\\n' ';'"),
+        "disk": sh(f"df -T {disk_dir} | tail -1") + " | "
+                + sh("lsblk -d -o NAME,SIZE,ROTA,MODEL | head -5 | tr '\\n' ';'"),
         "shm": sh("df -T /dev/shm | tail -1"),
-        "cufile": sh("ls /usr/local/cuda*/lib64/libcufile.so* /usr/lib/x86_64-linux-gnu/libcufile.so* 2>/dev/null | head -3 | tr '\\n' ' '"),
+        "cufile": sh("ls /usr/local/cuda*/lib64/libcufile.so* /usr/lib/x86_64-linux-gnu/libcufile.so* 2>/dev/null"
+                     " | head -3 | tr '\\n' ' '"),
         "logs": logs,
         "rounds": args.rounds,
     }
@@ -161,8 +163,9 @@ def render_section(data, title=TITLE):
              "CUDA (cudaHostRegister, tmpfs only), one DMA per disk-order run (≤ 4 MiB) from the page cache "
              "into a device chunk, the same scatter and hashing, registration timed once before the runs; "
              "`staged` = host threads pread disk-order runs (buffered: ≤ 1 MiB, O_DIRECT: ≤ 4 MiB) into "
-             "pinned chunks, one cudaMemcpyAsync per run, a scatter kernel, XXH3 on the GPU; `gds` = cuFileRead of each run "
-             "into a device chunk, same scatter and hashing; `cpu` = the store's io_uring engine into pinned "
+             "pinned chunks, one cudaMemcpyAsync per run, a scatter kernel, XXH3 on the GPU; "
+             "`gds` = cuFileRead of each run into a device chunk, same scatter and hashing; "
+             "`cpu` = the store's io_uring engine into pinned "
              "host memory laid out like the GPU cache, XXH3 on the CPU, then one cudaMemcpyAsync per layer "
              "and span (next layer's reads in flight); `raw` = this program's threads reading the data "
              "region in 4 MiB preads into pinned memory (buffered for `ram`, O_DIRECT for `disk`): the "
@@ -186,7 +189,8 @@ def render_section(data, title=TITLE):
             if not rs:
                 continue
             b = rs[0]["bytes"]
-            rel = lambda o: fmt(mg[mode] / mg[o]) if mg.get(o) and mode not in (o, "h2d", "raw", "raw_h2d") else "—"  # noqa: E731
+            def rel(o, mg=mg, mode=mode):
+                return fmt(mg[mode] / mg[o]) if mg.get(o) and mode not in (o, "h2d", "raw", "raw_h2d") else "—"
             ex = [r["bit_exact"] for r in rs if r["bit_exact"] >= 0]
             L.append(f"| {kind} | {tokens} | {b / 2**30:.2f} GiB | {mode} | **{fmt(mg[mode])}** | "
                      + " / ".join(f"{r['gbps']:.2f}" for r in rs)
@@ -234,8 +238,10 @@ def render_section(data, title=TITLE):
         for r in ph:
             pg.setdefault((r["kind"], r["tokens"], r["mode"], r["threads"], r["chunk"], r.get("depth", 3)),
                           []).append(r)
-        for (kind, tokens, mode, th, ch, dep), rs in sorted(pg.items(), key=lambda kv: (kv[0][0] != "ram",) + kv[0][1:]):
-            mm = lambda k: med([r[k] for r in rs])  # noqa: E731
+        for (kind, tokens, mode, th, ch, dep), rs in sorted(pg.items(),
+                                                             key=lambda kv: (kv[0][0] != "ram",) + kv[0][1:]):
+            def mm(k, rs=rs):
+                return med([r[k] for r in rs])
             L.append(f"| {kind} | {tokens} | {mode} | {th or 'default'} | {ch >> 10} KiB | {dep} | "
                      f"{mm('avg_run') / 1024:.0f} KiB | {fmt(mm('gbps'))} | {fmt(mm('f_get'))} | "
                      f"{fmt(mm('f_wait'))} | {fmt(mm('f_queue'))} | {fmt(mm('f_idle'))} | "

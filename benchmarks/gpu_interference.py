@@ -203,7 +203,7 @@ def render_section(runs):
 def render(args):
     section = render_section(load(args.json))
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-    from tutti.bench.report import replace_section  # noqa: PLC0415 - only here: no cffi needed
+    from tutti.bench.report import replace_section  # only here: no cffi needed
 
     replace_section(args.doc, TITLE, section)
     print(section)

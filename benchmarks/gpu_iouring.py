@@ -269,7 +269,7 @@ def render(args):
     # The shared section writer; imported here so that `run` needs nothing
     # but the standard library on the GPU machine.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-    from tutti.bench.report import replace_section  # noqa: PLC0415
+    from tutti.bench.report import replace_section
 
     replace_section(args.doc, SECTION[len("## "):], sec)
     print(sec)

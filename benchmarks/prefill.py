@@ -38,8 +38,8 @@ import faulthandler
 import json
 import os
 import platform
-import statistics
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -249,7 +249,7 @@ def run(args):
     from tutti import gpu
     from tutti.prefill import LLAMA3_8B_SHAPE, Decoder, PagedKVCache, PrefillHarness, new_block_table
     from tutti.prefill.profiling import device_name, measure_io, profile_layer, profile_table
-    from tutti.sched import ComputeProfile, Hardware, SlackScheduler, crossover_hit_rate, predict
+    from tutti.sched import ComputeProfile, Hardware, SlackScheduler, crossover_hit_rate
 
     def log(msg):
         print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
@@ -387,7 +387,7 @@ def run(args):
                 group[mode] = (d, logits)
             if "tutti" in group and "hbm" in group:
                 group["tutti"][0]["logits_equal_hbm"] = bool(torch.equal(group["tutti"][1], group["hbm"][1]))
-            for mode, (d, _) in group.items():
+            for d, _ in group.values():
                 d["sweep"] = key
                 out["runs"].append(d)
             t = group.get("tutti", (None,))[0]
@@ -521,7 +521,8 @@ def render_section(data: dict) -> str:
          "TUTTI_GPU_LIB=build/h200/libtutti_gpu.so PYTHONPATH=python " + m["command"], "```", "",
          "Raw results: [benchmarks/prefill_h200.json](../benchmarks/prefill_h200.json). Design and limits: "
          "[prefill.md](prefill.md).", "",
-         f"- Machine: {_gpus(m['gpu'])}; {m['cpus']} CPUs ({m['cpu_model']}); Linux {m['kernel']}; PyTorch {m['torch']}",
+         f"- Machine: {_gpus(m['gpu'])}; {m['cpus']} CPUs ({m['cpu_model']}); Linux {m['kernel']}; "
+         f"PyTorch {m['torch']}",
          "- Model: Llama-3-8B shape (32 layers, hidden 4096, 32 heads, 8 KV heads, head dim 128, MLP 14336), "
          "random bf16 weights; vLLM-style paged KV cache (16-token blocks, shuffled block table); flash "
          "attention (lower-right causal) over the gathered prefix + new keys.",
@@ -593,8 +594,8 @@ def render_section(data: dict) -> str:
               "", "Fine sweep (tutti, per-layer medians in ms):", "",
               "| Prompt | Hit rate | Load / layer | Compute / layer | Predicted load / compute | Bubble | "
               "of it between layers | TTFT |", "|---|---|---|---|---|---|---|---|"]
-        for r in sorted((r for r in runs if r.get("sweep") == "fine" and r["mode"] == "tutti"), key=lambda r: (r["total_tokens"],
-                                                                                     r["hit_rate"])):
+        fine = (r for r in runs if r.get("sweep") == "fine" and r["mode"] == "tutti")
+        for r in sorted(fine, key=lambda r: (r["total_tokens"], r["hit_rate"])):
             p = r["predicted"]
             L.append(f"| {r['total_tokens'] // 1024}K | {r['hit_rate']:.3f} | {r['layer_load_median_s'] * 1e3:.2f} | "
                      f"{r['layer_compute_median_s'] * 1e3:.2f} | {p['layer_io_s'] * 1e3:.2f} / "

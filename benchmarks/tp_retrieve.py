@@ -87,7 +87,7 @@ def _load_gpu(store, slots, mem, ids, lookahead=2):
 
 def _rank_gpu(rank, args, world, results):
     """One rank on CUDA device ``rank``: GpuStore + a GPU data path into its own HBM."""
-    from tutti.gpu.store import DeviceKV, GpuStore  # noqa: PLC0415 - needs libtutti_gpu.so
+    from tutti.gpu.store import DeviceKV, GpuStore  # needs libtutti_gpu.so
 
     torch.cuda.set_device(rank)
     device = torch.device("cuda", rank)
@@ -155,7 +155,7 @@ def _rank_gpu(rank, args, world, results):
 def _rank(rank, args, world, use_cuda, results):
     hang = float(os.environ.get("TUTTI_HANG_DUMP_S", "0"))
     if hang > 0:  # a rank stuck in C code still shows where Python called it
-        import faulthandler  # noqa: PLC0415
+        import faulthandler
 
         faulthandler.dump_traceback_later(hang, repeat=False, exit=False)
     if use_cuda and args.path != "cpu":

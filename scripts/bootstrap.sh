@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what Tutti needs on a fresh Debian/Ubuntu machine, idempotently.
 #   bootstrap.sh deps   system packages (liburing, xxhash headers, fio, ...)
-#   bootstrap.sh venv   .venv with the tutti package (and test extras)
+#   bootstrap.sh venv   .venv with the tutti package (and the test and lint extras: pytest, ruff, mypy)
 #   bootstrap.sh fuzz   deps plus clang-14 and libFuzzer (make fuzz-ci)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,8 +11,9 @@ PY=${PY:-python3}
 # qemu-utils, qemu-system-common: qemu-io and qemu-storage-daemon, with which
 # tests/test_powerloss_replay.py logs a store's writes (blklogwrites) on the host
 # libibverbs1 libnuma1 libcurl4: what Mooncake's wheel links (tutti[cluster], tests/cluster)
+# perl: prove (TAP::Harness), the one consumer of the test programs' TAP (scripts/tap-run)
 APT_PKGS=(gcc make pkg-config liburing-dev libxxhash-dev fio util-linux e2fsprogs qemu-utils qemu-system-common
-	libibverbs1 libnuma1 libcurl4)
+	libibverbs1 libnuma1 libcurl4 perl)
 # The on-disk-format fuzzers (make fuzz-ci): Debian's clang with libFuzzer.
 FUZZ_PKGS=(clang-14 libfuzzer-14-dev)
 
@@ -49,7 +50,7 @@ venv() {
 	now=$(cat pyproject.toml setup.py $(find libtutti/src libtutti/include python -name '*.[ch]' -o -name '*.py' | sort) | sha1sum | cut -d' ' -f1)
 	if [ "$(cat "$stamp" 2>/dev/null)" != "$now" ]; then
 		# cluster: Mooncake (its non-CUDA wheel, ~40 MB), so tests/cluster run against a real master
-		"$VENV/bin/pip" install -q ".[test,cluster]"
+		"$VENV/bin/pip" install -q ".[test,cluster,lint]"
 		echo "$now" >"$stamp"
 	fi
 }

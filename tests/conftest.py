@@ -9,6 +9,7 @@ import pytest
 
 from tutti import LLAMA3_8B, Fingerprint, Store
 
+
 @pytest.fixture
 def gpu_lib():
     """libtutti_gpu.so loaded (tutti.gpu's ABI binding; make gpu-lib, TUTTI_GPU_LIB), or the test skips."""

@@ -23,12 +23,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from helpers import fake_sysfs
+from helpers.fake_sysfs import _ln, _w
 from tutti import devices, smart
 from tutti.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE, main
 from tutti.devices import DeviceError
-
-from helpers import fake_sysfs
-from helpers.fake_sysfs import _ln, _w
 
 
 def run(args, expect=0):

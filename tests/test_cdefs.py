@@ -128,7 +128,7 @@ def test_a_field_added_to_a_header_reaches_both_bindings(tmp_path, tiny_fp):
     # the C library fills the fields after it where Python reads them.
     sys.path.insert(0, os.path.join(ROOT, "python", "tutti"))
     try:
-        import _build_ffi  # noqa: PLC0415
+        import _build_ffi
     finally:
         sys.path.pop(0)
     builder = _build_ffi.make_builder(str(root), module="_scratch_tutti", extra_compile_args=["-O0"])
@@ -136,7 +136,7 @@ def test_a_field_added_to_a_header_reaches_both_bindings(tmp_path, tiny_fp):
     builder.compile(tmpdir=str(out), verbose=False)
     sys.path.insert(0, str(out))
     try:
-        import _scratch_tutti  # noqa: PLC0415
+        import _scratch_tutti
     finally:
         sys.path.pop(0)
     sffi, slib = _scratch_tutti.ffi, _scratch_tutti.lib

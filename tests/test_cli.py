@@ -62,7 +62,8 @@ def test_parse_size_accepts(text, value):
 
 @pytest.mark.parametrize("text,why", [
     ("", "not a size"), ("GiB", "not a size"), ("-1GiB", "negative"), ("2XB", "unknown unit"),
-    ("1.5B", "whole number"), ("1e9", "not a size"), ("0x10", "not a size"), ("5 parsecs", "unknown unit"), ("2 G iB", "not a size"),
+    ("1.5B", "whole number"), ("1e9", "not a size"), ("0x10", "not a size"), ("5 parsecs", "unknown unit"),
+    ("2 G iB", "not a size"),
     ("1,5GiB", "not a size"),
 ])
 def test_parse_size_rejects(text, why):

@@ -29,13 +29,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from helpers import fake_sysfs
 from tutti import Store, devices
 from tutti.bench import BenchConfig, run_bench
-from tutti.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_STORE, EXIT_USAGE, main
-from tutti.cli import limits
+from tutti.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_STORE, EXIT_USAGE, limits, main
 from tutti.sched import LLAMA3_8B as LLAMA_SHAPE
-
-from helpers import fake_sysfs
 
 U, S, M = EXIT_USAGE, EXIT_STORE, EXIT_MISMATCH
 NOT_UTF8 = "\udcff"  # how Python hands over an argument holding the byte 0xff
@@ -111,7 +109,7 @@ def arg(function, index, lo=1):
 
 
 def fp_field(name, lo=1, other=(), library=True):
-    top = lambda: limits.field_max("tt_fingerprint", name)  # noqa: E731
+    top = lambda: limits.field_max("tt_fingerprint", name)
     return whole(lo, top, other=other, library=[top] if library else ())
 
 

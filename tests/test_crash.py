@@ -13,8 +13,6 @@ import signal
 import struct
 import time
 
-import pytest
-
 from helpers import crash_writer as cw
 from tutti import Store
 

@@ -18,8 +18,8 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "hil", "powerloss"))
 
-from dmlog import LOG_FLUSH, LOG_FUA, SECTOR, Entry, Image, Log, LogError, epoch_states  # noqa: E402
-import replay  # noqa: E402
+import replay
+from dmlog import LOG_FLUSH, LOG_FUA, SECTOR, Entry, Image, Log, LogError, epoch_states
 
 
 def _qemu_io(tmp_path, *cmds):

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (make vllm installs it)")
 
-from tutti.prefill import TINY_SHAPE, Decoder, HostKV, PagedKVCache, PrefillHarness, attend, new_block_table  # noqa: E402
-from tutti.sched import ComputeProfile, Hardware, SlackScheduler  # noqa: E402
+from tutti.prefill import TINY_SHAPE, Decoder, HostKV, PagedKVCache, PrefillHarness, attend, new_block_table
+from tutti.sched import ComputeProfile, Hardware, SlackScheduler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BS = TINY_SHAPE.block_size

@@ -247,7 +247,8 @@ def test_domains_compute_stream_runs_torch():
         comp.synchronize()
         torch.testing.assert_close(b, a @ a)
         if d.green:
-            assert d.io_sms >= 16 and d.io_sms + d.compute_sms <= torch.cuda.get_device_properties(0).multi_processor_count
+            n_sms = torch.cuda.get_device_properties(0).multi_processor_count
+            assert d.io_sms >= 16 and d.io_sms + d.compute_sms <= n_sms
         else:
             assert d.reason
     finally:
@@ -264,7 +265,7 @@ if __name__ == "__main__":
                 print(f"ok   {name}", flush=True)
             except Skip as e:
                 print(f"skip {name}: {e}", flush=True)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - the standalone runner reports every failing test and goes on
                 import traceback
 
                 traceback.print_exc()

@@ -6,8 +6,20 @@ import random
 import pytest
 
 from tutti.sched import (
-    LLAMA3_8B, ComputePoint, ComputeProfile, Hardware, ModelShape, ProfileError, TokenSplit, best_load_blocks,
-    crossover_hit_rate, fit_layer_time, loading_stops_paying, place_writes, predict, simulate_pipeline,
+    LLAMA3_8B,
+    ComputePoint,
+    ComputeProfile,
+    Hardware,
+    ModelShape,
+    ProfileError,
+    TokenSplit,
+    best_load_blocks,
+    crossover_hit_rate,
+    fit_layer_time,
+    loading_stops_paying,
+    place_writes,
+    predict,
+    simulate_pipeline,
 )
 from tutti.sched.model import _balance
 

@@ -138,7 +138,7 @@ def test_every_method_of_a_closed_store_raises(make_store, store_cls):
         "register_memory": lambda: s.register_memory(bytearray(4096)), "check": lambda: s.check(),
         "attach": lambda: s.attach("host"),
     }
-    for name, call in calls.items():
+    for call in calls.values():
         with pytest.raises(ValueError, match="closed"):
             call()
     # its transactions were aborted with it

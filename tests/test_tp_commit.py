@@ -21,10 +21,20 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from helpers import tp_rank as tr  # noqa: E402
-from tutti import PagedBuffer, Store, key_from_bytes  # noqa: E402
-from tutti.tp import (abstain, agree, commit, head_range, join_shards, orphans,  # noqa: E402
-                      rank_paths, reconcile, shard_fingerprint, shard_of)
+from helpers import tp_rank as tr
+from tutti import PagedBuffer, Store, key_from_bytes
+from tutti.tp import (
+    abstain,
+    agree,
+    commit,
+    head_range,
+    join_shards,
+    orphans,
+    rank_paths,
+    reconcile,
+    shard_fingerprint,
+    shard_of,
+)
 
 HELPER = os.path.join(os.path.dirname(__file__), "helpers", "tp_rank.py")
 ADMIN = os.path.join(os.path.dirname(sys.executable), "tutti-admin")
@@ -67,7 +77,7 @@ def wait_all(procs, timeout=120):
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
-            raise AssertionError(f"rank process hung:\n{err[-3000:]}")
+            raise AssertionError(f"rank process hung:\n{err[-3000:]}") from None
         outs.append((p.returncode, out, err))
     return outs
 
@@ -411,7 +421,7 @@ def test_random_kills_leave_every_key_whole_or_absent(tmp_path, world):
         procs = spawn(d, world, "loop", seed=trial, n_keys=24, batch=3)
         try:
             # Until every rank has committed a few batches, then a random moment later.
-            wait_for(lambda: marks(d, 3, "committed", range(world)), timeout=90)
+            wait_for(lambda d=d: marks(d, 3, "committed", range(world)), timeout=90)
             time.sleep(rng.uniform(0, 0.3))
             procs[rng.randrange(world)].send_signal(signal.SIGKILL)
             time.sleep(rng.uniform(0, 0.05))

@@ -24,7 +24,7 @@ except Exception as e:  # noqa: BLE001 - any failure to load means: not here
     pytest.skip(f"libtutti_gpu.so does not load here ({e}); build it with make gpu-lib",
                 allow_module_level=True)
 
-import test_tp_commit as base  # noqa: E402
+import test_tp_commit as base
 
 WORLD = 2
 KEYS = base.KEYS

@@ -11,11 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tutti import Store, key_from_bytes  # noqa: E402
-from tutti.vllm.config import ModelShape, TuttiConfig  # noqa: E402
-from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402
-from tutti.vllm.stats import TuttiStats  # noqa: E402
-from tutti.vllm.worker import WorkerSide  # noqa: E402
+from tutti import Store, key_from_bytes
+from tutti.vllm.config import ModelShape, TuttiConfig
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
+from tutti.vllm.stats import TuttiStats
+from tutti.vllm.worker import WorkerSide
 
 N_LAYERS, KV_HEADS, BLOCK, HEAD_DIM, NUM_BLOCKS = 2, 2, 16, 32, 32
 SLOTS = 8
@@ -48,7 +48,7 @@ def step(w, kv, loads=(), saves=()):
     w.start_load(meta)
     for l in range(N_LAYERS):
         w.wait_layer(layer_name(l))
-        for keys, ids in saves:
+        for _keys, ids in saves:
             kv[layer_name(l)][ids] = torch.randint(-9, 9, kv[layer_name(l)][ids].shape, dtype=torch.int16)
         w.save_layer(meta, layer_name(l))
     w.finish_save(meta)

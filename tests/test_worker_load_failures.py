@@ -15,11 +15,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_worker_write_policy import (  # noqa: E402
-    LOAD_IDS, N, N_LAYERS, NEW_IDS, PREFIX_IDS, keys, layer_name, make_worker, reference,
+from test_worker_write_policy import (
+    LOAD_IDS,
+    N_LAYERS,
+    NEW_IDS,
+    PREFIX_IDS,
+    N,
+    keys,
+    layer_name,
+    make_worker,
+    reference,
 )
-from tutti import Store  # noqa: E402
-from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402
+from tutti import Store
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
 
 OTHER_IDS = list(range(24, 24 + N))
 

@@ -13,11 +13,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tutti import Store  # noqa: E402
-from tutti.vllm.config import ConfigError, ModelShape, TuttiConfig  # noqa: E402
-from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402
-from tutti.vllm.stats import TuttiStats  # noqa: E402
-from tutti.vllm.worker import WorkerSide  # noqa: E402
+from tutti import Store
+from tutti.vllm.config import ConfigError, ModelShape, TuttiConfig
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
+from tutti.vllm.stats import TuttiStats
+from tutti.vllm.worker import WorkerSide
 
 N_LAYERS, KV_HEADS, BLOCK, HEAD_DIM = 4, 2, 16, 32
 NUM_BLOCKS, N = 32, 4            # blocks in vLLM's cache; blocks per transfer

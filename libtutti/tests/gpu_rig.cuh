@@ -19,21 +19,21 @@
 #include <tutti/emu_ctrl.h>
 #include <tutti/gio_uring.h>
 
+#include "tap.h"
+
 struct gpu_rig {
 	struct tt_emu *emu;
 	struct tt_gio *gio;
 	cudaStream_t s;
 };
 
-// Exit 77 ("no CUDA device") when there is no GPU to run on.
+// The whole test skips ("1..0 # SKIP no CUDA device", exit 0) when there is no GPU to run on.
 static inline void gpu_require_device(void)
 {
 	int n = 0;
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-		std::printf("1..0 # SKIP no CUDA device\n");
-		std::exit(77);
-	}
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+		tap_skip_all("no CUDA device");
 	cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
 }
 

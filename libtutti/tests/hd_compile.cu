@@ -2,11 +2,12 @@
 //
 // hd_compile.cu - proves libtutti's NVMe protocol headers are device code.
 //
-// CI only compiles this file (nvcc -c, no GPU needed). The kernel runs the
+// `make cuda-check` compiles this file (nvcc -c, no GPU needed); `make gpu-test`
+// (scripts/gpu/h200_run.sh) also builds and runs it. The kernel runs the
 // whole submit path a GPU submitter takes: build a read, map it with SGLs
 // and PRPs, push it into an SQ ring in device memory, ring the doorbell,
 // then peek and consume a completion. main() runs it when a GPU is present
-// and checks the results; without one it exits 77 (skip).
+// and checks the results (TAP); without one: "1..0 # SKIP no CUDA device".
 #include <cstdio>
 
 #include <cuda_runtime.h>
@@ -16,6 +17,8 @@
 #include <tutti/nvme_prp.h>
 #include <tutti/nvme_queue.h>
 #include <tutti/nvme_sgl.h>
+
+#include "tap.h"
 
 struct hd_result {
 	int rc_read;
@@ -87,13 +90,7 @@ __global__ void tt_hd_kernel(struct tt_nvme_sqe *sq_ring, volatile uint32_t *sq_
 	res->status_first = tt_nvme_status_str(res->status)[0];
 }
 
-#define CHECK(cond)                                                     \
-	do {                                                            \
-		if (!(cond)) {                                          \
-			std::printf("not ok - %s\n", #cond);            \
-			fails++;                                        \
-		}                                                       \
-	} while (0)
+#define CHECK(cond) tap_ok((cond), "device code: %s", #cond)
 
 int main()
 {
@@ -102,12 +99,10 @@ int main()
 	uint32_t *dbs;
 	uint64_t *list_mem, *list_bus;
 	struct hd_result *res;
-	int ndev = 0, fails = 0;
+	int ndev = 0;
 
-	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-		std::printf("1..0 # SKIP no CUDA device\n");
-		return 77;
-	}
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0)
+		tap_skip_all("no CUDA device");
 	cudaMallocManaged(&sq_ring, 16 * sizeof(*sq_ring));
 	cudaMallocManaged(&cq_ring, 16 * sizeof(*cq_ring));
 	cudaMallocManaged(&dbs, 2 * sizeof(*dbs));
@@ -124,10 +119,8 @@ int main()
 	cq_ring[0].status = (uint16_t)(TT_NVME_SC_LBA_RANGE << 1 | 1);
 
 	tt_hd_kernel<<<1, 32>>>(sq_ring, &dbs[0], cq_ring, &dbs[1], list_mem, list_bus, res);
-	if (cudaDeviceSynchronize() != cudaSuccess) {
-		std::printf("not ok - kernel failed\n");
-		return 1;
-	}
+	if (!tap_ok(cudaDeviceSynchronize() == cudaSuccess, "the kernel ran"))
+		return tap_done();
 	CHECK(res->rc_read == 0 && res->rc_sgl == 0 && res->rc_prp == 0 && res->rc_map == 0);
 	CHECK(res->sgl_type == TT_NVME_SGL_TYPE_LAST_SEGMENT && res->sgl_len == 48 &&
 	      res->sgl_addr == 0xa000000);
@@ -139,6 +132,5 @@ int main()
 	CHECK(res->peeked && res->status == TT_NVME_SC_LBA_RANGE && dbs[1] == 1);
 	CHECK(res->status_first == 'L');
 	CHECK(tt_nvme_db_offset(1, true, 0) == 0x100c);
-	std::printf("%s - NVMe protocol headers on the GPU\n", fails ? "not ok" : "ok");
-	return fails ? 1 : 0;
+	return tap_done();
 }

@@ -15,6 +15,7 @@
 #include "tutti/devpath.h"
 #include "tutti/tutti.h"
 #include "tap.h"
+#include "testutil.h"
 
 #define L 4
 #define S 2
@@ -30,24 +31,6 @@ static const char *paths[2] = { path0, path1 };
 static uint8_t *mem;	/* [L][S][NMEM][SPAN] */
 static uint64_t base[L * S], stride[L * S];
 static struct tt_memmap map = { L, S, base, stride };
-
-static void fill(void *buf, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	uint8_t *p = buf;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (uint8_t)x;
-	}
-}
-
-static void key_of(unsigned i, uint8_t *key)
-{
-	tt_key_from_bytes(&i, sizeof(i), key);
-}
 
 static void keys_of(const unsigned *ids, unsigned n, uint8_t *keys)
 {

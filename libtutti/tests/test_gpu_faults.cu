@@ -5,7 +5,7 @@
 // (64 streams, more than there are queues, half of them spinning until the
 // round trip ends, half waiting behind them); a launch that fails leaves the
 // batch usable (its completion target not moved); an earlier error nobody
-// read does not fail a later good launch. Without a GPU: exit 77.
+// read does not fail a later good launch. Without a GPU: "1..0 # SKIP no CUDA device".
 #include <cstdio>
 #include <cstring>
 #include <vector>

@@ -7,8 +7,8 @@
 // the GPU, two namespaces), a file-backed namespace (and one on tmpfs,
 // pinned in place and with TUTTI_EMU_FILE_MAP=0, read-write and read-only),
 // per-command errors, the bandwidth cap, and the hang diagnostics (tt_gio_dump,
-// tt_emu_dump, tt_gio_batch_dump) on an idle controller. Without a GPU: exit 77,
-// "no CUDA device".
+// tt_emu_dump, tt_gio_batch_dump) on an idle controller. Without a GPU:
+// "1..0 # SKIP no CUDA device".
 //
 // Build: nvcc -std=c++17 -arch=sm_90 -Ilibtutti/include libtutti/tests/test_gpu_gio.cu
 //        libtutti/src/gpu/{gio_uring,emu_ctrl,domains}.cu -o test_gpu_gio

@@ -12,7 +12,7 @@
 // /dev/shm, registered with CUDA: every read run must come from the
 // mapping), and falls back to pread, saying why, when mapping is off by
 // environment or the registration fails (injected). The GDS path is
-// skipped where libcufile.so.0 is missing. Without a GPU: exit 77.
+// skipped where libcufile.so.0 is missing. Without a GPU: "1..0 # SKIP no CUDA device".
 //
 // Every case runs in a child process (the parent makes no CUDA call, so
 // the children can): its TAP lines come back through a pipe, renumbered,
@@ -50,14 +50,15 @@
 #define LAYERS 4u
 #define SPAN 16384u	// kv_heads 4 x head_dim 128 x bf16 x 16 tokens
 
+// The probe child's exit status when there is no GPU (between child and parent only).
+#define CHILD_NO_DEVICE 77
+
 static void require_device(void)
 {
 	int n = 0;
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-		std::printf("1..0 # SKIP no CUDA device\n");
-		std::exit(77);
-	}
+	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
+		std::exit(CHILD_NO_DEVICE);
 }
 
 static std::string tmpdir, shmdir;	// shmdir empty: no tmpfs at /dev/shm
@@ -507,7 +508,7 @@ static void relay(const std::string &ln, unsigned *checks, bool *done, bool *gds
 	}
 }
 
-// Run case @k in a child for at most @secs; 77: no device (probe only).
+// Run case @k in a child for at most @secs; CHILD_NO_DEVICE: no device (probe only).
 static int spawn_case(int k, const char *label, double secs, bool *gds)
 {
 	std::string buf;
@@ -563,8 +564,8 @@ static int spawn_case(int k, const char *label, double secs, bool *gds)
 	if (hung)
 		kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
-	if (k < 0 && WIFEXITED(st) && WEXITSTATUS(st) == 77)
-		return 77;
+	if (k < 0 && WIFEXITED(st) && WEXITSTATUS(st) == CHILD_NO_DEVICE)
+		return CHILD_NO_DEVICE;
 	if (hung)
 		tap_ok(false, "[%s] process ran to the end: hung, killed after %.0f s (after %u checks)",
 		       label, secs, checks);
@@ -599,12 +600,11 @@ int main(void)
 		if (mkdtemp(sd))
 			shmdir = sd;
 	}
-	if (spawn_case(-1, "device and GDS probe", 20, &gds) == 77) {
+	if (spawn_case(-1, "device and GDS probe", 20, &gds) == CHILD_NO_DEVICE) {
 		rmdir(dir);
 		if (!shmdir.empty())
 			rmdir(shmdir.c_str());
-		std::printf("1..0 # SKIP no CUDA device\n");
-		return 77;
+		tap_skip_all("no CUDA device");
 	}
 	for (unsigned k = 0; k < N_CFGS; k++) {
 		const struct cfg *c = &cfgs[k];

@@ -7,7 +7,7 @@
 // members, SGL and PRP, many small queues (rings wrap); a corrupt object
 // found on a GPU read (-EBADMSG, slot dropped); tt_txn_layer_order() with
 // a compute stream whose kernel checks each layer with no host wait; CPU
-// time per layer against the number of blocks. Without a GPU: exit 77.
+// time per layer against the number of blocks. Without a GPU: "1..0 # SKIP no CUDA device".
 #include <algorithm>
 #include <atomic>
 #include <chrono>

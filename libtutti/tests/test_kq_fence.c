@@ -18,6 +18,7 @@
 #include "tutti/kqueue.h"
 #include "fake_tutti.h"
 #include "tap.h"
+#include "testutil.h"
 
 #define KiB		1024u
 #define MiB		(1024u * KiB)
@@ -27,19 +28,6 @@ static unsigned RESUME_MS = 700;
 
 static char dir[] = "/tmp/tutti-kqf-XXXXXX";
 static char path[300];
-
-static void fill(void *buf, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	uint8_t *p = buf;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (uint8_t)x;
-	}
-}
 
 static int all_bytes(const void *buf, size_t len, uint8_t v)
 {
@@ -314,11 +302,6 @@ static void t_unfenced(int fd)
 	tap_ok(all_bytes(buf, len, 0x5a), "and not into the caller's memory");
 	fk.delete_errno = 0;
 	free(buf);
-}
-
-static void key_of(unsigned i, uint8_t key[TT_KEY_BYTES])
-{
-	tt_key_from_bytes(&i, sizeof(i), key);
 }
 
 /* Store level: a failed put's slot is not overwritten after it is reused. */

@@ -12,16 +12,12 @@
 #include <tutti/nvme_prp.h>
 
 #include "tap.h"
+#include "testutil.h"
 
 #define PS 4096u
 #define EPP (PS / 8)
 #define SENTINEL 0xdeaddeaddeaddeadull
 #define MAX_CHUNKS 4
-
-struct range {
-	uint64_t addr;
-	uint64_t len;
-};
 
 /* List memory with scattered, page aligned bus addresses. */
 struct listmem {
@@ -143,16 +139,6 @@ static int expect_pages(const uint64_t *pages, uint32_t off, uint64_t len,
 		rem -= chunk;
 	}
 	return n;
-}
-
-static bool ranges_equal(const struct range *a, int na, const struct range *b, int nb)
-{
-	if (na != nb)
-		return false;
-	for (int i = 0; i < na; i++)
-		if (a[i].addr != b[i].addr || a[i].len != b[i].len)
-			return false;
-	return true;
 }
 
 static uint64_t *make_pages(unsigned n, uint32_t ps)

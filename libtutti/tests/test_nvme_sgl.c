@@ -11,14 +11,10 @@
 #include <tutti/nvme_sgl.h>
 
 #include "tap.h"
+#include "testutil.h"
 
 #define MAX_CHUNKS 8
 #define CHUNK_MAX_BYTES 4096u
-
-struct range {
-	uint64_t addr;
-	uint64_t len;
-};
 
 struct listmem {
 	struct tt_nvme_list list;
@@ -131,16 +127,6 @@ static int merge(const struct tt_dma_seg *segs, unsigned nsegs, struct range *ou
 		}
 	}
 	return n;
-}
-
-static bool ranges_equal(const struct range *a, int na, const struct range *b, int nb)
-{
-	if (na != nb)
-		return false;
-	for (int i = 0; i < na; i++)
-		if (a[i].addr != b[i].addr || a[i].len != b[i].len)
-			return false;
-	return true;
 }
 
 static long ret_of(int r)

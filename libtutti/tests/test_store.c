@@ -12,27 +12,10 @@
 
 #include "tutti/tutti.h"
 #include "tap.h"
+#include "testutil.h"
 
 static char dir[] = "/tmp/tutti-test-XXXXXX";
 static char path0[256], path1[256];
-
-static void fill(void *buf, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	uint8_t *p = buf;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (uint8_t)x;
-	}
-}
-
-static void key_of(unsigned i, uint8_t key[TT_KEY_BYTES])
-{
-	tt_key_from_bytes(&i, sizeof(i), key);
-}
 
 static struct tt_format_params small_params(uint64_t slots)
 {

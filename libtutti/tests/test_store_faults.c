@@ -17,6 +17,7 @@
 
 #include "tutti/tutti.h"
 #include "tap.h"
+#include "testutil.h"
 
 #define L 4
 #define S 2
@@ -27,11 +28,6 @@ static char dir[] = "/tmp/tutti-faults-XXXXXX";
 static char path[256];
 static const char *paths[1] = { path };
 static const char *eng;		/* "fault:psync" or "fault:uring" */
-
-static void key_of(unsigned k, uint8_t key[TT_KEY_BYTES])
-{
-	tt_key_from_bytes(&k, sizeof(k), key);
-}
 
 /* The bytes of key @k: the ground truth every read is compared with. */
 static void value_of(unsigned k, uint8_t *buf)

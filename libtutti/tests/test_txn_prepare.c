@@ -12,6 +12,7 @@
 
 #include "tutti/tutti.h"
 #include "tap.h"
+#include "testutil.h"
 
 #define N_LAYERS 3
 #define SPAN 4096
@@ -19,11 +20,6 @@
 
 static char dir[] = "/tmp/tutti-prep-XXXXXX";
 static char path[256];
-
-static void key_of(unsigned i, uint8_t key[TT_KEY_BYTES])
-{
-	tt_key_from_bytes(&i, sizeof(i), key);
-}
 
 /* Blocks back to back in memory, objects in (layer, span) order. */
 struct mem {

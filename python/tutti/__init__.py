@@ -18,7 +18,7 @@ _LAZY = {
     "Store": ".store", "Txn": ".store", "WriteTxn": ".store", "ReadTxn": ".store", "key_from_bytes": ".store",
     "PagedBuffer": ".memory",
     "TuttiError": ".errors", "FingerprintMismatch": ".errors", "CorruptBlockError": ".errors",
-    "StoreBusyError": ".errors",
+    "StoreBusyError": ".errors", "TuttiBaseError": ".errors",
 }
 
 
@@ -26,7 +26,7 @@ def __getattr__(name):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     elif name == "__version__":
-        from ._tutti import ffi, lib  # noqa: PLC0415
+        from ._tutti import ffi, lib
 
         value = ffi.string(lib.TUTTI_VERSION_STRING).decode()
     else:
@@ -37,6 +37,6 @@ def __getattr__(name):
 
 __all__ = [
     "Store", "Txn", "WriteTxn", "ReadTxn", "Fingerprint", "Geometry", "LLAMA3_8B", "PagedBuffer",
-    "TuttiError", "FingerprintMismatch", "CorruptBlockError", "StoreBusyError", "key_from_bytes",
+    "TuttiBaseError", "TuttiError", "FingerprintMismatch", "CorruptBlockError", "StoreBusyError", "key_from_bytes",
     "__version__",
 ]

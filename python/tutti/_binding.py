@@ -47,7 +47,7 @@ class Binding:
 
 
 def _load_extension():
-    from ._tutti import ffi, lib  # noqa: PLC0415 - the extension may not be built (GPU machines)
+    from ._tutti import ffi, lib  # the extension may not be built (GPU machines)
 
     return ffi, lib
 
@@ -60,10 +60,10 @@ def _load_gpu():
     if not _torch_tried:  # torch first: libtutti_gpu.so then shares PyTorch's CUDA runtime
         _torch_tried = True
         try:
-            import torch  # noqa: F401,PLC0415
+            import torch  # noqa: F401 - loaded for its CUDA runtime (above)
         except ImportError:
             pass
-    from .gpu import _ffi  # noqa: PLC0415
+    from .gpu import _ffi
 
     return _ffi.ffi, _ffi.lib()
 

@@ -24,9 +24,26 @@ The headers come from the package (``tutti/_include``, copied there by setup.py,
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+def _errors_module():
+    """tutti.errors, also when this file is loaded by path (``_build_ffi.py`` at build time, outside the
+    package): errors.py imports nothing of the package at import."""
+    if __package__:
+        from . import errors
+        return errors
+    spec = importlib.util.spec_from_file_location("_tutti_errors", Path(__file__).with_name("errors.py"))
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CdefError = _errors_module().CdefError
 
 # Headers in dependency order: a section may use what earlier sections declare.
 API_HEADERS = ("tutti.h", "error.h", "format.h", "layout.h", "engine.h", "store.h", "devpath.h", "kqueue.h",
@@ -36,10 +53,6 @@ GPU_HEADERS = API_HEADERS + ("nvme.h", "gio_uring.h", "emu_ctrl.h", "gpu_sum.h",
 
 BEGIN, END = "/* cffi: begin */", "/* cffi: end */"
 MODES = ("api", "abi")
-
-
-class CdefError(ValueError):
-    """A header's cffi section holds something the generator or cffi cannot take."""
 
 
 @dataclass
@@ -103,7 +116,8 @@ def _eval_int(expr: str, known: dict, where: str) -> int:
         tok = m.group(1)
         pos = m.end()
         if tok[0].isdigit():
-            out.append(str(int(tok, 0) if tok[:2].lower() == "0x" or tok == "0" else int(tok, 8 if tok[0] == "0" else 10)))
+            octal = tok[0] == "0" and tok[:2].lower() != "0x" and tok != "0"
+            out.append(str(int(tok, 8) if octal else int(tok, 0)))
             while pos < len(expr) and expr[pos] in "uUlL":
                 pos += 1
         elif tok in _STDINT:
@@ -183,7 +197,7 @@ def build(headers=GPU_HEADERS, mode: str = "abi", include: Path | None = None) -
 
 def _main(argv=None) -> int:
     """``python -m tutti._cdefs [api|abi]``: print the cdef (what the bindings see)."""
-    import sys  # noqa: PLC0415
+    import sys
 
     argv = sys.argv[1:] if argv is None else argv
     mode = argv[0] if argv else "abi"

@@ -21,15 +21,11 @@ import errno
 
 from ._store import _keys_array, int_list
 from ._txn import _Txn, _WriteOps
-from .errors import TuttiError
+from .errors import GdsUnavailable, TuttiError
 from .model import Geometry
 
 PATHS = ("gio", "staged", "gds", "host")
 GPU_PATHS = ("gio", "staged", "gds")
-
-
-class GdsUnavailable(TuttiError):
-    """cuFile is missing or its driver would not open here; use the staged path."""
 
 
 def _memmap(ffi, n_layers, n_spans, bases, strides):
@@ -65,14 +61,14 @@ class DeviceKV:
     """
 
     def __init__(self, bases, strides, *, n_layers: int, n_spans: int, num_blocks: int, obj_bytes: int,
-                 device: int, keep=()):
+                 device: int | None, keep=()):
         if len(bases) != n_layers * n_spans or len(strides) != len(bases):
             raise ValueError(f"{len(bases)} bases / {len(strides)} strides for {n_layers} x {n_spans} objects")
         self.n_layers, self.n_spans, self.num_blocks, self.obj_bytes = n_layers, n_spans, num_blocks, obj_bytes
         self.device = device
         self.bases, self.strides = list(bases), list(strides)
         self._keep = keep
-        self._maps = {}  # id(ffi) -> (ffi, memmap, arrays): one per binding that moved this memory
+        self._maps: dict = {}  # id(ffi) -> (ffi, memmap, arrays): one per binding that moved this memory
 
     def memmap_for(self, ffi):
         """This memory as a ``struct tt_memmap *`` of ``ffi`` (the store's binding)."""
@@ -85,7 +81,7 @@ class DeviceKV:
     @property
     def memmap(self):
         """The ``struct tt_memmap *`` of libtutti_gpu.so's binding."""
-        from .gpu._ffi import ffi  # noqa: PLC0415
+        from .gpu._ffi import ffi
 
         return self.memmap_for(ffi)
 
@@ -140,7 +136,8 @@ class DeviceKV:
             raise ValueError(f"memory objects are {self.obj_bytes} B, the store's {geo.span_bytes} B")
 
     def uniform_layers(self) -> str | None:
-        """None if every layer is one base + one block stride + one span stride (what the gio path needs), else why not."""
+        """None if every layer is one base + one block stride + one span stride (what the gio path needs),
+        else why not."""
         S = self.n_spans
         for l in range(self.n_layers):
             b, s = self.bases[l * S:(l + 1) * S], self.strides[l * S:(l + 1) * S]
@@ -300,7 +297,7 @@ class Attached:
 
 def _torch():
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError:
         return None
     return torch

@@ -309,7 +309,7 @@ class Store:
         out = ffi.new("struct tt_probe *")
         b.check(lib.tt_store_probe(os.fsencode(path), out), f"probe {path}")
         kind = kinds.get(out.kind, "damaged")
-        d = {"path": str(path), "kind": kind}
+        d: dict = {"path": str(path), "kind": kind}
         if kind in ("store", "other_version"):
             d["version"] = out.version
             d["magic"] = bytes(ffi.buffer(out.magic)).decode("ascii", "replace")
@@ -557,7 +557,7 @@ class Store:
         ``block_ids``: a DeviceTxn through the attached data path.
         """
         if kv is not None or block_ids is not None:
-            from . import _devpath  # noqa: PLC0415
+            from . import _devpath
 
             return _devpath.begin(self, keys, kv, block_ids, write=True)
         arr, n = _keys_array(self._owned.binding, keys)
@@ -571,7 +571,7 @@ class Store:
         Host memory: a ReadTxn; with ``kv`` and ``block_ids``: a DeviceTxn through the data path.
         """
         if kv is not None or block_ids is not None:
-            from . import _devpath  # noqa: PLC0415
+            from . import _devpath
 
             return _devpath.begin(self, slots, kv, block_ids, write=False)
         slots = _slot_list(slots)
@@ -612,20 +612,20 @@ class Store:
         "host" (C reference path over host memory, any library) or "gio" / "staged" / "gds" (GPU memory,
         libtutti_gpu.so: tutti.gpu.GpuStore); parameters: tutti._devpath.attach.
         """
-        from . import _devpath  # noqa: PLC0415
+        from . import _devpath
 
         _devpath.attach(self, path, **params)
         return self
 
     def detach(self) -> None:
         """Remove the data path (no transaction may be open).  Idempotent."""
-        from . import _devpath  # noqa: PLC0415
+        from . import _devpath
 
         _devpath.detach(self)
 
     def emulator_stats(self) -> dict:
         """The gio path's emulated controller: commands, errors, bytes, ring wraps, doorbells."""
-        from . import _devpath  # noqa: PLC0415
+        from . import _devpath
 
         return _devpath.emulator_stats(self)
 

@@ -9,6 +9,7 @@ until then, since the library may still be moving bytes into it.  Device-memory 
 from __future__ import annotations
 
 import weakref
+from typing import Any, Callable
 
 
 class _TxnRef:
@@ -117,6 +118,11 @@ class _Txn:
 class _WriteOps:
     """prepare() and veto() of write transactions (the TP commit, tutti.tp.commit)."""
 
+    # provided by _Txn, which every user of this mixin also derives from
+    _store: Any
+    _n: int
+    _call: Callable[..., Any]
+
     def prepare(self) -> list:
         """Make the data durable without committing; per block 0 or a negative errno.
 
@@ -146,17 +152,19 @@ class Txn(_Txn):
         ``memmap`` is a PagedBuffer (block ids are checked against it; it must stay open until the
         transaction ends) or a raw ``struct tt_memmap *`` of this store's library (the caller vouches).
         """
+        paged: tuple = ()  # a GPU machine without the extension: no PagedBuffer either
         try:
-            from .memory import PagedBuffer  # noqa: PLC0415 - memory.py needs the extension
-        except ImportError:  # a GPU machine without it: no PagedBuffer either
-            PagedBuffer = ()  # noqa: N806
+            from .memory import PagedBuffer  # memory.py needs the extension
+            paged = (PagedBuffer,)
+        except ImportError:
+            pass
 
         h = self._handle()
         block_ids = list(block_ids)
         if len(block_ids) != self._n:
             raise ValueError(f"{len(block_ids)} block ids for a transaction of {self._n} blocks")
         b = self._store._owned.binding
-        if isinstance(memmap, PagedBuffer):
+        if isinstance(memmap, paged):
             bad = [x for x in block_ids if not 0 <= x < memmap.n_blocks]
             if bad:
                 raise IndexError(f"block ids {bad} outside the buffer's {memmap.n_blocks} blocks")

@@ -41,7 +41,7 @@ def main(argv=None):
                     help="also run without the connector and compare outputs with it")
     args = ap.parse_args(argv)
     try:
-        import vllm  # noqa: F401
+        import vllm  # noqa: F401 - only: is it installed?
     except ImportError:
         print("tutti.demo: vLLM is not installed; run `scripts/bootstrap.sh vllm` first", file=sys.stderr)
         return 2

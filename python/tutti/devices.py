@@ -26,6 +26,9 @@ import os
 import re
 import stat
 import time
+from typing import Any
+
+from .errors import DeviceError
 
 PCI_CLASS_NVME = 0x010802
 
@@ -40,15 +43,6 @@ _DEV_NAME = re.compile(r"^(nvme\d+(c\d+)?(n\d+(p\d+)?)?|ng\d+n\d+|tutti\d+(n\d+)
 
 DEVICE_HELP = ("give a PCI address (0000:00:04.0) or a device: /dev/nvmeX, /dev/nvmeXnY, "
                "/dev/tuttiN, /dev/tuttiNnM")
-
-
-class DeviceError(Exception):
-    """A device command failed: ``usage`` True for bad input (exit 2), else the device cannot be used (exit 3)."""
-
-    def __init__(self, message: str, usage: bool = False, errno_: int = 0):
-        super().__init__(message)
-        self.usage = usage
-        self.errno = errno_
 
 
 # --------------------------------------------------------------- names
@@ -202,11 +196,19 @@ def resolve_controller(arg: str, sysfs: Sysfs | None = None) -> str:
     if not os.path.exists(node):
         raise DeviceError(f"{path}: no such device (no {node})")
     real = os.path.realpath(node)
-    bdf = bdf_of_sysfs_path(real, sysfs)
+    found = bdf_of_sysfs_path(real, sysfs)
     name = os.path.basename(real)
-    if bdf is None or not sysfs.is_nvme(bdf) or not (_DEV_NAME.match(name) or _BDF_COMPONENT.match(name)):
+    if found is None or not sysfs.is_nvme(found) or not (_DEV_NAME.match(name) or _BDF_COMPONENT.match(name)):
         raise DeviceError(f"{path} ({name}) is not an NVMe controller or namespace: {DEVICE_HELP}", usage=True)
-    return bdf
+    return found
+
+
+def _nsid_of_name(name: str) -> int:
+    """The namespace id in a kernel namespace name (nvme0n3: 3), when sysfs does not say it."""
+    m = _NVME_NS.match(name)
+    if not m:
+        raise DeviceError(f"{name}: no namespace id in sysfs, none in its name")
+    return int(m.group(2))
 
 
 def is_tutti_namespace_node(rdev: int, sysfs: Sysfs | None = None) -> bool:
@@ -229,7 +231,7 @@ def nvme_controllers(sysfs: Sysfs | None = None) -> list[str]:
     sysfs = sysfs or SYS
     if sysfs.root == "/sys":
         try:
-            import pyudev  # noqa: PLC0415
+            import pyudev
 
             found = []
             for d in pyudev.Context().list_devices(subsystem="pci"):
@@ -263,8 +265,8 @@ def store_magic(path: str) -> bool | None:
     libtutti's probe, the check format applies; None if it cannot be read (or the extension is missing).
     """
     try:
-        from .errors import TuttiError  # noqa: PLC0415
-        from .store import Store  # noqa: PLC0415
+        from .errors import TuttiError
+        from .store import Store
     except ImportError:
         return None
     try:
@@ -276,7 +278,7 @@ def store_magic(path: str) -> bool | None:
 def _kinfo(path: str):
     """tt_kdev_info() of a tutti.ko node as a dict, None when it cannot be opened."""
     try:
-        from ._tutti import ffi, lib  # noqa: PLC0415
+        from ._tutti import ffi, lib
     except ImportError:
         return None
     try:
@@ -312,7 +314,7 @@ def describe_controller(bdf: str, sysfs: Sysfs | None = None, probe: bool = True
     """
     sysfs = sysfs or SYS
     driver = sysfs.driver(bdf)
-    ctl = {
+    ctl: dict[str, Any] = {
         "pci_address": bdf,
         "vendor_id": _read(sysfs.pci(bdf, "vendor")),
         "device_id": _read(sysfs.pci(bdf, "device")),
@@ -347,7 +349,7 @@ def describe_controller(bdf: str, sysfs: Sysfs | None = None, probe: bool = True
                 lba = _read(sysfs.block(name, "queue", "logical_block_size"))
                 dev = os.path.join(sysfs.dev, name)
                 ctl["namespaces"].append({
-                    "nsid": int(nsid) if nsid and nsid.isdigit() else int(_NVME_NS.match(name).group(2)),
+                    "nsid": int(nsid) if nsid and nsid.isdigit() else _nsid_of_name(name),
                     "name": name,
                     "device": dev,
                     "size_bytes": int(size) * 512 if size and size.isdigit() else None,
@@ -391,7 +393,7 @@ def list_controllers(sysfs: Sysfs | None = None, probe: bool = True) -> list[dic
 
 
 def _mounts() -> list[tuple[str, str]]:
-    import psutil  # noqa: PLC0415
+    import psutil
 
     return [(p.device, p.mountpoint) for p in psutil.disk_partitions(all=True)]
 
@@ -417,7 +419,8 @@ def _same_device(path: str, name: str, majmin: str | None) -> bool:
     return os.path.basename(os.path.realpath(path)) == name
 
 
-def namespace_users(ctl: dict, sysfs: Sysfs | None = None, mounts=None, swaps=None, exclusive: bool = True) -> list[str]:
+def namespace_users(ctl: dict, sysfs: Sysfs | None = None, mounts=None, swaps=None,
+                    exclusive: bool = True) -> list[str]:
     """Why the controller's namespaces cannot be taken away: each user, in words ([] if none).
 
     Checks each namespace block device and each partition on it: mounted
@@ -461,7 +464,7 @@ def namespace_users(ctl: dict, sysfs: Sysfs | None = None, mounts=None, swaps=No
 
 
 def _lib():
-    from ._tutti import ffi, lib  # noqa: PLC0415
+    from ._tutti import ffi, lib
 
     return ffi, lib
 
@@ -556,7 +559,7 @@ def smart_log(bdf: str, sysfs: Sysfs | None = None) -> tuple[dict, bytes]:
     (NVME_IOCTL_ADMIN_CMD) or /dev/tuttiN (tutti.ko's admin passthrough).
     """
     sysfs = sysfs or SYS
-    from . import smart  # noqa: PLC0415
+    from . import smart
 
     ctl = describe_controller(bdf, sysfs, probe=False)
     drv = ctl["driver"]
@@ -570,7 +573,7 @@ def smart_log(bdf: str, sysfs: Sysfs | None = None) -> tuple[dict, bytes]:
         page = smart.read_smart_nvme(ctl["device"]) if drv == "nvme" else smart.read_smart_tutti(ctl["device"])
     except smart.SmartError as e:
         hint = " (needs root)" if e.errno in (errno.EACCES, errno.EPERM) else ""
-        raise DeviceError(f"{e.strerror}{hint}", errno_=e.errno) from None
+        raise DeviceError(f"{e.strerror}{hint}", errno_=e.errno or 0) from None
     return ctl, page
 
 
@@ -585,7 +588,8 @@ def read_attach_config(path: str) -> tuple[set[str], list[str]]:
     One entry a line: a PCI address (``0000:00:04.0`` or ``00:04.0``) or a controller
     serial number; ``#`` starts a comment.  A missing file means no entries.
     """
-    entries, problems = set(), []
+    entries: set[str] = set()
+    problems: list[str] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()

@@ -45,6 +45,8 @@ import fcntl
 import os
 import struct
 
+from .errors import SmartError
+
 SMART_LOG_ID = 0x02
 SMART_LOG_BYTES = 512
 NSID_ALL = 0xFFFFFFFF
@@ -70,14 +72,6 @@ PASSTHRU_BYTES = struct.calcsize(PASSTHRU_FMT)
 assert PASSTHRU_BYTES == 72
 # _IOWR('N', 0x41, struct nvme_passthru_cmd)
 NVME_IOCTL_ADMIN_CMD = (3 << 30) | (PASSTHRU_BYTES << 16) | (ord("N") << 8) | 0x41
-
-
-class SmartError(OSError):
-    """Reading the log failed: ``errno`` for a failed system call, ``status`` for an NVMe error."""
-
-    def __init__(self, err: int, reason: str, status: int = 0):
-        super().__init__(err, reason)
-        self.status = status
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,11 +183,12 @@ def read_smart_nvme(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise SmartError(e.errno, f"{path}: {e.strerror}") from None
+        raise SmartError(e.errno or errno.EIO, f"{path}: {e.strerror}") from None
     try:
         rc = fcntl.ioctl(fd, NVME_IOCTL_ADMIN_CMD, cmd, True)
     except OSError as e:
-        raise SmartError(e.errno, f"{path}: NVME_IOCTL_ADMIN_CMD (Get Log Page 02h): {e.strerror}") from None
+        raise SmartError(e.errno or errno.EIO,
+                         f"{path}: NVME_IOCTL_ADMIN_CMD (Get Log Page 02h): {e.strerror}") from None
     finally:
         os.close(fd)
     if rc:
@@ -203,14 +198,14 @@ def read_smart_nvme(path: str) -> bytes:
 
 def read_smart_tutti(path: str) -> bytes:
     """The SMART log of a controller bound to tutti.ko, through /dev/tuttiN (or a namespace node)."""
-    from ._tutti import ffi, lib  # noqa: PLC0415
+    from ._tutti import ffi, lib
 
     buf = ffi.new("uint8_t[]", SMART_LOG_BYTES)
     status = ffi.new("uint16_t *")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
-        raise SmartError(e.errno, f"{path}: {e.strerror}") from None
+        raise SmartError(e.errno or errno.EIO, f"{path}: {e.strerror}") from None
     try:
         # the module fills in NUMDL from the length: cdw10 is the log id alone
         rc = lib.tt_kdev_admin(fd, ADMIN_GET_LOG_PAGE, NSID_ALL, SMART_LOG_ID, buf, SMART_LOG_BYTES, status)

@@ -31,6 +31,7 @@ def main():
     args = ap.parse_args()
 
     import torch
+
     import test_gpu_store_py as t
     from tutti.gpu import lib
     from tutti.gpu._ffi import ffi

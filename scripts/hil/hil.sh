@@ -69,7 +69,8 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- packages
 APT_PKGS=(qemu-system-x86 qemu-utils busybox-static cpio kmod make bc flex bison libelf-dev dwarves
-	xz-utils zstd gcc gcc-12 libc6-dev curl gpgv debian-archive-keyring)
+	xz-utils zstd gcc gcc-12 libc6-dev curl gpgv debian-archive-keyring
+	perl)	# perl: prove, the TAP consumer run-guest.sh judges each guest program with (scripts/tap-run)
 step "packages"
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -217,7 +218,7 @@ if [ -x tests/hil/prepare-host.sh ]; then
 	step_done "suite preparation"
 fi
 
-TOTAL_PASS=0 TOTAL_FAIL=0 PROBLEMS=0
+TOTAL_PASS=0 TOTAL_FAIL=0 TOTAL_SKIP=0 PROBLEMS=0
 SUMMARY=()
 
 # Boots retried, up to HIL_BOOT_RETRIES times (default 1), each named in the summary with its
@@ -274,7 +275,7 @@ boot_secs() { grep -F "boot $1 $2:" "$HIL_BUILD/timings" | tail -1 | sed 's/.*: 
 
 # report KVER TAG RC [expect_result=1]: print the TAP lines, account, add a summary row
 report() {
-	local kver=$1 tag=$2 rc=$3 expect=${4:-1} res f="$HIL_BUILD/logs/$1/$2.results.log" p=0 x=0 nok nnot why=
+	local kver=$1 tag=$2 rc=$3 expect=${4:-1} res f="$HIL_BUILD/logs/$1/$2.results.log" p=0 x=0 s=0 nok nnot why=
 	tr -d '\r' <"$f" 2>/dev/null | grep -E '^(not )?ok [0-9]+|^HIL-(RESULT|ERROR)' | sed "s/^/  [$kver $tag] /" || true
 	nok=$(tr -d '\r' <"$f" 2>/dev/null | grep -cE '^ok [0-9]+' || true)
 	nnot=$(tr -d '\r' <"$f" 2>/dev/null | grep -cE '^not ok [0-9]+' || true)
@@ -282,9 +283,11 @@ report() {
 	if [ -n "$res" ]; then
 		p=$(sed -E 's/^HIL-RESULT: ([0-9]+) passed, ([0-9]+) failed.*/\1/' <<<"$res")
 		x=$(sed -E 's/^HIL-RESULT: ([0-9]+) passed, ([0-9]+) failed.*/\2/' <<<"$res")
+		s=$(sed -nE 's/^HIL-RESULT: .*, ([0-9]+) skipped.*/\1/p' <<<"$res")	# run-guest.sh says it
 	else
 		p=$nok x=$nnot
 	fi
+	s=${s:-0}
 	[ "$x" -ge "$nnot" ] || x=$nnot
 	if [ "$expect" = 1 ]; then
 		case "$rc" in
@@ -308,8 +311,9 @@ report() {
 	fi
 	TOTAL_PASS=$((TOTAL_PASS + p))
 	TOTAL_FAIL=$((TOTAL_FAIL + x))
+	TOTAL_SKIP=$((TOTAL_SKIP + s))
 	if [ "$x" -gt 0 ] || [ -n "$why" ]; then PROBLEMS=$((PROBLEMS + 1)); fi
-	SUMMARY+=("$(printf '%-24s %-14s %-44s %6ss' "$kver" "$tag" "$p passed, $x failed${why:+ — $why}" "$(boot_secs "$kver" "$tag")")")
+	SUMMARY+=("$(printf '%-24s %-14s %-44s %6ss' "$kver" "$tag" "$p passed, $x failed$([ "$s" -eq 0 ] || echo ", $s skipped")${why:+ — $why}" "$(boot_secs "$kver" "$tag")")")
 }
 
 # Power-loss replay: its own boot (phase powerloss) on drives behind blklogwrites, then the
@@ -397,5 +401,5 @@ echo "  logs: $HIL_BUILD/logs/"
 if [ "$SUITE" = scripts/hil/placeholder-guest.sh ]; then
 	echo "  NOTE: placeholder suite: plumbing only, not the module's tests"
 fi
-echo "HIL: $TOTAL_PASS passed, $TOTAL_FAIL failed"
+echo "HIL: $TOTAL_PASS passed, $TOTAL_FAIL failed, $TOTAL_SKIP skipped"
 [ "$PROBLEMS" -eq 0 ] && [ "$TOTAL_FAIL" -eq 0 ]

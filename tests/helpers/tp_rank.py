@@ -74,7 +74,7 @@ class GpuBuf:
     """The rank's paged KV in its GPU's memory: [layers, 2, blocks, block_size, heads, head_dim]."""
 
     def __init__(self, n_blocks, rank, world):
-        from tutti.gpu.store import DeviceKV  # noqa: PLC0415 - only on GPU ranks
+        from tutti.gpu.store import DeviceKV  # only on GPU ranks
 
         heads = shard_of(reference_block(0), rank, world).shape[3]
         self.rank, self.world = rank, world
@@ -212,7 +212,7 @@ def main():
                             world_size=args.world, timeout=datetime.timedelta(seconds=30))
     fp = shard_fingerprint(MODEL, args.rank, args.world)
     if args.gpu:
-        from tutti.gpu.store import GpuStore  # noqa: PLC0415
+        from tutti.gpu.store import GpuStore
 
         store = GpuStore.open([store_path(args.dir, args.rank)], expect=fp).attach(args.path)
         # The NCCL group carries a device tensor too, so a broken NCCL setup fails here.

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Helpers for the guest tests: each check prints one "ok - ..." or
- * "not ok - ..." line; run-guest.sh numbers them (TAP) and counts.
+ * Helpers for the guest tests, in the TAP dialect of every Tutti test program
+ * (libtutti/tests/tap.h): each check prints "ok N - ..." or "not ok N - ...", and
+ * the plan "1..N" is printed when the program exits normally; one that dies
+ * before (a crash, a signal) has no plan, and run-guest.sh fails it (it judges
+ * each program's output with scripts/tap-run, then numbers the lines into its own
+ * stream).  Shared helpers (fill, key_of) come from libtutti/tests/testutil.h.
  */
 #ifndef TUTTI_HIL_H
 #define TUTTI_HIL_H
@@ -16,35 +20,35 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 
-static int hil_failed;
+#include "../../libtutti/tests/tap.h"
+#include "../../libtutti/tests/testutil.h"
+
+/* Every guest program prints its plan at exit (it exits from many places). */
+__attribute__((constructor)) static void hil_plan_at_exit(void)
+{
+	tap_plan_at_exit();
+}
 
 __attribute__((format(printf, 2, 3)))
 static inline bool check(bool cond, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!cond)
-		hil_failed++;
-	printf("%s - ", cond ? "ok" : "not ok");
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	tap_vline(cond, fmt, ap);
 	va_end(ap);
-	printf("\n");
-	fflush(stdout);
 	return cond;
 }
 
+/* A check that failed so that the program cannot go on: "not ok", the plan, exit 1. */
 __attribute__((format(printf, 1, 2), noreturn))
 static inline void bail(const char *fmt, ...)
 {
 	va_list ap;
 
-	printf("not ok - ");
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	tap_vline(false, fmt, ap);
 	va_end(ap);
-	printf("\n");
-	fflush(stdout);
 	exit(1);
 }
 
@@ -86,19 +90,6 @@ static inline long sysfs_long(const char *bdf, const char *attr)
 
 	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/%s", bdf, attr);
 	return file_long(path);
-}
-
-/* Deterministic bytes from @seed (xorshift), to recognise data after a round trip. */
-static inline void fill(void *p, size_t len, uint64_t seed)
-{
-	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		((uint8_t *)p)[i] = (uint8_t)x;
-	}
 }
 
 #endif

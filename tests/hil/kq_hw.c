@@ -640,21 +640,21 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!strcmp(cmd, "identify") && argc == 4)
-		return t_identify(argv[2], argv[3]) || hil_failed;
+		return t_identify(argv[2], argv[3]) || tap_failed;
 	if (!strcmp(cmd, "smart") && argc == 3)
-		return t_smart(argv[2]) || hil_failed;
+		return t_smart(argv[2]) || tap_failed;
 	if (!strcmp(cmd, "sglprp") && argc == 3)
-		return t_sglprp(argv[2]) || hil_failed;
+		return t_sglprp(argv[2]) || tap_failed;
 	if (!strcmp(cmd, "mdts") && argc == 3)
-		return t_mdts(argv[2]) || hil_failed;
+		return t_mdts(argv[2]) || tap_failed;
 	if (!strcmp(cmd, "cmb") && argc == 4)
-		return t_cmb(argv[2], argv[3]) || hil_failed;
+		return t_cmb(argv[2], argv[3]) || tap_failed;
 	if (!strcmp(cmd, "malformed") && argc == 3)
-		return t_malformed(argv[2]) || hil_failed;
+		return t_malformed(argv[2]) || tap_failed;
 	if (!strcmp(cmd, "victim") && argc == 3)
 		return t_victim(argv[2]);
 	if (!strcmp(cmd, "kill") && argc == 4)
-		return t_kill(argv[0], argv[2], atoi(argv[3])) || hil_failed;
+		return t_kill(argv[0], argv[2], atoi(argv[3])) || tap_failed;
 	fprintf(stderr, "usage: %s identify CTRL NS | smart NODE | sglprp NS | mdts NS | "
 		"cmb NS_A CTRL_B | malformed NS | kill NS N  (store tests: kq_store)\n", argv[0]);
 	return 2;

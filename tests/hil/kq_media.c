@@ -52,7 +52,7 @@ struct media {
 	uint8_t val[BLOCK], buf[BLOCK];
 };
 
-static void key_of(unsigned k, uint8_t key[TT_KEY_BYTES])
+static void media_key(unsigned k, uint8_t key[TT_KEY_BYTES])
 {
 	uint64_t x = 0x6d656469610000ull + k;	/* not the fault model's keys */
 
@@ -128,7 +128,7 @@ static void setup(struct media *m)
 	for (unsigned k = 0; k < SLOTS; k++) {
 		uint8_t key[TT_KEY_BYTES];
 
-		key_of(k, key);
+		media_key(k, key);
 		value_of(k, m->val);
 		if (tt_store_put(m->s, key, m->val, BLOCK))
 			bail("put block %u (before the errors are live): %s", k, tt_errmsg());
@@ -188,7 +188,7 @@ static void t_gets(struct media *m, const char *how)
 
 		if (m->slot_of[k] < 0)
 			continue;
-		key_of(k, key);
+		media_key(k, key);
 		value_of(k, m->val);
 		ret = tt_store_get(m->s, key, m->buf, BLOCK);
 		if (m->bad[m->slot_of[k]]) {
@@ -267,7 +267,7 @@ static void t_kept(struct media *m, const char *when)
 		if (m->slot_of[k] < 0)
 			continue;
 		n++;
-		key_of(k, key);
+		media_key(k, key);
 		tt_store_lookup(m->s, key, 1, &slot);
 		moved += slot != m->slot_of[k];
 	}
@@ -332,7 +332,7 @@ static void t_write(struct media *m)
 		if (m->bad[want[i]])
 			bail("the bad write sector's neighbourhood holds a bad read sector");
 		free_slot(m, want[i]);
-		key_of(SLOTS + 1 + (unsigned)i, keys + i * TT_KEY_BYTES);
+		media_key(SLOTS + 1 + (unsigned)i, keys + i * TT_KEY_BYTES);
 	}
 	for (unsigned o = 0; o < OBJS; o++) {
 		base[o] = (uint64_t)(uintptr_t)(m->mem + (size_t)o * BATCH * SPAN);
@@ -381,7 +381,7 @@ static void t_write(struct media *m)
 	      "other two commit and read back exact (%u ok, %u stored, %u wrong)",
 	      (long long)slot - 1, (long long)slot + 1, (long long)slot, fail, ok, stored, wrong);
 	/* The one free slot left is the bad one. */
-	key_of(SLOTS + 9, key);
+	media_key(SLOTS + 9, key);
 	value_of(SLOTS + 9, m->val);
 	ret = tt_store_put(m->s, key, m->val, BLOCK);
 	tt_store_lookup(m->s, key, 1, &got);
@@ -417,5 +417,5 @@ int main(int argc, char **argv)
 	t_gets(m, "reopened, verification off");
 	t_reads(m, "reopened, verification off");
 	tt_store_close(m->s);
-	return hil_failed != 0;
+	return tap_failed != 0;
 }

@@ -327,7 +327,7 @@ static int t_live(const char *ns, const char *ctrl_b)
 	check(fake_revoke(FAKE_VA) == 0 && fake_param("revoked") == 1, "no callback for a released range");
 	munmap(win, 4u << 20);
 	close(fb);
-	return hil_failed ? 1 : 0;
+	return tap_failed ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -433,5 +433,5 @@ int main(int argc, char **argv)
 	check(e == 0, "P2P_MAP without CAP_SYS_RAWIO: EPERM (child status %d)", e);
 	check(pread(fd, blk, sizeof(blk), 0) == (ssize_t)sizeof(blk), "the controller still serves reads");
 	close(fd);
-	return hil_failed ? 1 : 0;
+	return tap_failed ? 1 : 0;
 }

@@ -458,13 +458,13 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!strcmp(cmd, "mmap-dma") && argc == 4)
-		return t_mmap_dma(argv[2], atoi(argv[3])) || hil_failed;
+		return t_mmap_dma(argv[2], atoi(argv[3])) || tap_failed;
 	if (!strcmp(cmd, "fsync-detach") && argc == 4)
-		return t_fsync_detach(argv[2], atoi(argv[3])) || hil_failed;
+		return t_fsync_detach(argv[2], atoi(argv[3])) || tap_failed;
 	if (!strcmp(cmd, "deleted-map") && argc == 4)
-		return t_deleted_map(argv[2], atoi(argv[3])) || hil_failed;
+		return t_deleted_map(argv[2], atoi(argv[3])) || tap_failed;
 	if (!strcmp(cmd, "unmap-busy") && argc == 3)
-		return t_unmap_busy(argv[2]) || hil_failed;
+		return t_unmap_busy(argv[2]) || tap_failed;
 	fprintf(stderr, "usage: %s mmap-dma NS N | fsync-detach BDF N | deleted-map NS N | "
 		"unmap-busy NS\n", argv[0]);
 	return 2;

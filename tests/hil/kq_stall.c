@@ -277,11 +277,11 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!strcmp(cmd, "stall") && argc == 4)
-		return t_stall(argv[2], argv[3]) || hil_failed;
+		return t_stall(argv[2], argv[3]) || tap_failed;
 	if (!strcmp(cmd, "stall-kill") && argc == 5)
-		return t_stall_kill(argv[2], argv[3], argv[4]) || hil_failed;
+		return t_stall_kill(argv[2], argv[3], argv[4]) || tap_failed;
 	if (!strcmp(cmd, "pause") && argc == 4)
-		return t_pause(argv[2], argv[3]) || hil_failed;
+		return t_pause(argv[2], argv[3]) || tap_failed;
 	fprintf(stderr, "usage: %s stall NS DRIVE | stall-kill NS BDF DRIVE | pause NS DRIVE\n",
 		argv[0]);
 	return 2;

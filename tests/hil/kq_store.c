@@ -37,7 +37,7 @@ static struct tt_format_params small_params(void)
 
 #define BLOCK_BYTES (4 * 2 * 4096)
 
-static void key_of(uint64_t i, uint8_t key[16])
+static void store_key(uint64_t i, uint8_t key[16])
 {
 	tt_key_from_bytes(&i, sizeof(i), key);
 }
@@ -78,14 +78,14 @@ static int t_store(const char *a, const char *b)
 	check(!strcmp(info.engine, "kqueue"), "store engine: %s", info.engine);
 	for (uint64_t i = 0; i < 200; i++) {
 		fill(w, BLOCK_BYTES, i);
-		key_of(i, key);
+		store_key(i, key);
 		ok &= !tt_store_put(s, key, w, BLOCK_BYTES);
 	}
 	check(ok, "put 200 blocks (%s)", tt_errmsg());
 	ok = 1;
 	for (uint64_t i = 0; i < 200; i++) {
 		fill(w, BLOCK_BYTES, i);
-		key_of(i, key);
+		store_key(i, key);
 		memset(rb, 0, BLOCK_BYTES);
 		ok &= !tt_store_get(s, key, rb, BLOCK_BYTES) && !memcmp(rb, w, BLOCK_BYTES);
 	}
@@ -99,7 +99,7 @@ static int t_store(const char *a, const char *b)
 	/* Registered memory: the engine addresses it directly, no bounce. */
 	check(!tt_store_register_memory(s, reg, 64 * BLOCK_BYTES), "register 2 MiB with the store");
 	fill(reg, BLOCK_BYTES, 1000);
-	key_of(1000, key);
+	store_key(1000, key);
 	check(!tt_store_put(s, key, reg, BLOCK_BYTES), "put from registered memory");
 	memset(reg + BLOCK_BYTES, 0, BLOCK_BYTES);
 	check(!tt_store_get(s, key, reg + BLOCK_BYTES, BLOCK_BYTES) &&
@@ -111,7 +111,7 @@ static int t_store(const char *a, const char *b)
 	check(info.n_committed == 201, "reopened: %llu blocks committed",
 	      (unsigned long long)info.n_committed);
 	fill(w, BLOCK_BYTES, 77);
-	key_of(77, key);
+	store_key(77, key);
 	check(!tt_store_get(s, key, rb, BLOCK_BYTES) && !memcmp(rb, w, BLOCK_BYTES),
 	      "a block survives close/reopen");
 	ok = tt_store_check(s, 0, ~0ull, 0, &cr, NULL, 0) == 0;
@@ -130,7 +130,7 @@ static int t_writer(const char *a, const char *b, uint64_t base)
 
 	for (uint64_t i = base;; i++) {
 		fill(w, BLOCK_BYTES, i);
-		key_of(i, key);
+		store_key(i, key);
 		if (tt_store_put(s, key, w, BLOCK_BYTES))
 			return 1;
 		printf("%llu\n", (unsigned long long)i);
@@ -157,7 +157,7 @@ static void verify_store(const char *const *paths, uint64_t upto, int64_t must_h
 	for (uint64_t i = 0; i < upto; i++) {
 		int ret;
 
-		key_of(i, key);
+		store_key(i, key);
 		ret = tt_store_get(s, key, rb, BLOCK_BYTES);
 		if (ret == 0) {
 			fill(w, BLOCK_BYTES, i);
@@ -227,16 +227,18 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!strcmp(cmd, "store") && argc == 4)
-		return t_store(argv[2], argv[3]) || hil_failed;
-	if (!strcmp(cmd, "writer") && argc == 5)
+		return t_store(argv[2], argv[3]) || tap_failed;
+	if (!strcmp(cmd, "writer") && argc == 5) {
+		tap_no_plan();	/* stdout carries committed indexes only (HIL-ACKED) */
 		return t_writer(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+	}
 	if (!strcmp(cmd, "crash") && argc == 5)
-		return t_crash(argv[0], argv[2], argv[3], atoi(argv[4])) || hil_failed;
+		return t_crash(argv[0], argv[2], argv[3], atoi(argv[4])) || tap_failed;
 	if (!strcmp(cmd, "verify") && argc == 5) {
 		const char *paths[2] = { argv[2], argv[3] };
 
 		verify_store(paths, strtoull(argv[4], NULL, 10), -1, "after reboot");
-		return hil_failed;
+		return tap_failed;
 	}
 	fprintf(stderr, "usage: %s store NS_A NS_B | writer NS_A NS_B BASE | crash NS_A NS_B N | "
 		"verify NS_A NS_B UPTO\n", argv[0]);

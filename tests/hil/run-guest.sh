@@ -1,7 +1,11 @@
 #!/bin/bash
 # Runs INSIDE the HIL guest (chroot of the host's root): tutti.ko and the
 # kqueue engine against QEMU's emulated NVMe controllers.  Prints one TAP
-# line per check and ends with "HIL-RESULT: N passed, M failed".
+# line per check and ends with "HIL-RESULT: N passed, M failed, K skipped".
+# Each test program speaks TAP (libtutti/tests/tap.h through hil.h); its lines
+# are numbered into this stream as they come, and its whole output is judged by
+# the project's TAP consumer (scripts/tap-run: prove): a program that dies
+# before its plan, or with a short one, fails here.
 #
 # Environment (the harness contract):
 #   TUTTI_HIL=1, TUTTI_KO=/path/tutti.ko for this kernel,
@@ -35,12 +39,12 @@ fault-model) set -- fault-model ;;
 media-errors) set -- media-errors ;;
 esac
 MODE=${1:-all} CRASH_N=${2:-}
-N=0 PASS=0 FAIL=0
+N=0 PASS=0 FAIL=0 SKIP=0
 
 BEAT=/tmp/hil-beat	# the last result line (also from the pipeline subshells of prog)
 ok()     { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - $*"; echo "ok $N - $*" >"$BEAT"; }
 not_ok() { N=$((N + 1)); FAIL=$((FAIL + 1)); echo "not ok $N - $*"; echo "not ok $N - $*" >"$BEAT"; }
-skip()   { N=$((N + 1)); PASS=$((PASS + 1)); echo "ok $N - # SKIP $*"; echo "skip $N" >"$BEAT"; }
+skip()   { N=$((N + 1)); SKIP=$((SKIP + 1)); echo "ok $N - # SKIP $*"; echo "skip $N" >"$BEAT"; }
 
 # A step that hangs ends in the host's boot timeout with nothing said about why (CI saw one:
 # "hand A back to tutti" after the mounted-device refusal, on 6.1, once).  After HIL_STALL_S
@@ -78,39 +82,54 @@ kfence_on() {
 expect() { local d=$1; shift; if "$@" >/tmp/hil.out 2>&1; then ok "$d"; else not_ok "$d"; sed 's/^/# /' /tmp/hil.out; fi; }
 finish() {
 	echo "1..$N"
-	echo "HIL-RESULT: $PASS passed, $FAIL failed"
+	echo "HIL-RESULT: $PASS passed, $FAIL failed, $SKIP skipped"
 	exit $((FAIL != 0))
 }
 
-# Run a test program; renumber its ok/not ok lines; a silent failure counts too.
+# A test program's TAP lines, numbered into this stream (the plan and anything else as comments).
 prog() {
 	local tag=$1 line
 	while IFS= read -r line; do
 		case $line in
-		"ok - "*) ok "[$tag] ${line#ok - }" ;;
-		"not ok - "*) not_ok "[$tag] ${line#not ok - }" ;;
-		"ok "[0-9]*" - "*) ok "[$tag] ${line#ok * - }" ;;	# numbered TAP (libtutti/tests)
+		"ok "[0-9]*" - # SKIP"*) skip "[$tag] ${line#ok * - # SKIP }" ;;
+		"ok "[0-9]*" - "*) ok "[$tag] ${line#ok * - }" ;;
 		"not ok "[0-9]*" - "*) not_ok "[$tag] ${line#not ok * - }" ;;
+		"1..0 # SKIP"*) skip "[$tag] ${line#1..0 # SKIP }" ;;	# nothing of it runs here
 		"#"* | "HIL-QMP "*) echo "$line" ;;	# HIL-QMP: for the host (run-qemu.sh)
 		*) echo "# $line" ;;
 		esac
 	done
 }
+# Why a program's saved TAP output fails the consumer's judgement (no plan, a short plan), or
+# nothing when it passes.
+tap_verdict() {
+	local res
+	res=$("$ROOT/scripts/tap-run" --saved "$1" 2>&1) && return 0
+	echo "$res" | sed -n 's/^ *Parse errors: //p; s/^tap-run: //p' | head -3 | paste -sd ' '
+	return 1
+}
 prog_rc() { local tag=$1; shift; prog_run "$tag" "$BIN/kq_hw" "$@"; }
 prog_store() { local tag=$1; shift; prog_run "$tag" "$BIN/kq_store" "$@"; }
+# Run a test program: its lines numbered into this stream as they come; then a failure of its own
+# when it failed silently (an exit status, or a missing or short plan: it died on the way).
 prog_run() {
-	local tag=$1 out
+	local tag=$1 out raw why
 	shift
-	out=$(mktemp)
-	{ "$@" 2>&1; echo "HIL-RC $?"; } | prog "$tag" | tee "$out"
-	if ! grep -q "^# HIL-RC 0$" "$out" && ! grep -q "^not ok" "$out"; then
-		not_ok "[$tag] exited with $(sed -n 's/^# HIL-RC //p' "$out")"
-	fi
+	out=$(mktemp) raw=$(mktemp)
+	{ "$@" 2>&1; echo "HIL-RC $?"; } | tee "$raw" | prog "$tag" | tee "$out"
 	# counters are lost in the pipe's subshell: recount
-	PASS=$((PASS + $(grep -c "^ok " "$out")))
+	PASS=$((PASS + $(grep -c "^ok [0-9]* - [^#]" "$out")))
+	SKIP=$((SKIP + $(grep -c "^ok [0-9]* - # SKIP" "$out")))
 	FAIL=$((FAIL + $(grep -c "^not ok " "$out")))
 	N=$((N + $(grep -c "^ok \|^not ok " "$out")))
-	rm -f "$out"
+	if ! grep -q "^not ok" "$out"; then
+		if ! grep -q "^# HIL-RC 0$" "$out"; then
+			not_ok "[$tag] exited with $(sed -n 's/^# HIL-RC //p' "$out")"
+		elif ! why=$(tap_verdict "$raw"); then
+			not_ok "[$tag] its TAP output is complete: $why"
+		fi
+	fi
+	rm -f "$out" "$raw"
 }
 
 # The store under random I/O fault schedules (issue 12), the driver `make ctest` runs on files

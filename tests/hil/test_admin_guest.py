@@ -156,7 +156,8 @@ def test_detach_hands_a_to_nvme():
                 if not loaded(os.path.basename(ko).split(".ko")[0]):
                     sh("insmod", ko)
         elif not load_module("nvme"):
-            pytest.skip("the kernel's nvme driver cannot be loaded (no TUTTI_NVME_KOS/TUTTI_MODULES_ROOT/TUTTI_NVME_KO)")
+            pytest.skip("the kernel's nvme driver cannot be loaded "
+                        "(no TUTTI_NVME_KOS/TUTTI_MODULES_ROOT/TUTTI_NVME_KO)")
     assert driver(B) == "tutti" or driver(B) == "nvme"
     p = admin("detach", A)
     assert f"{A}: handed back to nvme" in p.stdout or f"{A}: already bound to nvme" in p.stdout, p.stdout

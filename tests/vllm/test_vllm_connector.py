@@ -9,7 +9,6 @@ import shutil
 import pytest
 
 from tutti import Store
-
 from vllm_engine import EngineFailed, run_engine, scheduler_stats, worker_stats
 
 

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 HERE = os.path.dirname(__file__)
 HELPER = os.path.join(HERE, "..", "helpers", "tp_worker_rank.py")
 sys.path.insert(0, os.path.join(HERE, ".."))
-from helpers import tp_worker_rank as wr  # noqa: E402
-from tutti import Store  # noqa: E402
+from helpers import tp_worker_rank as wr
+from tutti import Store
 
 WORLD = 2
 
@@ -141,7 +141,7 @@ def test_tp_failed_load_on_one_rank_commits_nothing_computed_over_it(tmp_path):
     for rc, _, err in out:
         assert rc == 0, err[-3000:]
     steps = [json.loads(o) for _, o, _ in out]
-    names = lambda s: sorted(k.decode() for k in wr.step_keys(s))  # noqa: E731
+    names = lambda s: sorted(k.decode() for k in wr.step_keys(s))
     for r in range(WORLD):
         assert steps[r][0]["committed"] == names(10)
         assert steps[r][1]["committed"] == [], f"rank {r} committed step 1's blocks"

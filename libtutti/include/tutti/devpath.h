@@ -29,7 +29,7 @@
  * Example: load @n committed slots into the paged GPU blocks @ids of @mem
  * (device addresses), compute waiting for each layer on the GPU; the store
  * has a data path (staged_path.h shows how). Compiled by
- * tests/test_header_docs.py:
+ * make ctest:
  *
  *	int load(struct tt_store *s, const int64_t *slots, const uint32_t *ids,
  *		 unsigned n, const struct tt_memmap *mem,

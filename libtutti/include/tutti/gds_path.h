@@ -12,7 +12,7 @@
  * buffers. libcufile.so.0 is loaded at run time: nothing links against it,
  * and a machine without it gets -ENOSYS from tt_file_path_open_gds().
  *
- * Example (compiled by tests/test_header_docs.py):
+ * Example (compiled by make ctest):
  *
  *	int with_gds_path(struct tt_store *s)
  *	{

@@ -21,7 +21,7 @@
  * wait for the caller's.
  *
  * Example: the path over an emulated controller serving the store's own
- * member files (compiled by tests/test_header_docs.py):
+ * member files (compiled by make ctest):
  *
  *	int with_gio_path(struct tt_store *s)
  *	{

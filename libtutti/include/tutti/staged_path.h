@@ -23,7 +23,7 @@
  * pwrite, into the same pages. Where a file cannot be mapped or registered
  * it is read with pread, and tt_file_path_get_stats() says why.
  *
- * Example (compiled by tests/test_header_docs.py):
+ * Example (compiled by make ctest):
  *
  *	int with_staged_path(struct tt_store *s)
  *	{

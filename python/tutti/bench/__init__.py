@@ -30,11 +30,28 @@ Modules: ``common`` (units, errors, helpers), ``fio`` (the fio baseline),
 ``machine`` (what it ran on), ``passes`` (the timed passes), ``run``
 (BenchConfig, run_bench), ``report`` (rows and the markdown section).
 """
-from .common import GB, BenchError, drop_page_cache, has_store_magic, host_memory_available, human_bytes, \
-    is_block_device, member_bytes, room_for
+from .common import (
+    GB,
+    BenchError,
+    drop_page_cache,
+    has_store_magic,
+    host_memory_available,
+    human_bytes,
+    is_block_device,
+    member_bytes,
+    room_for,
+)
 from .fio import FIO_CONFIGS, fio_available, fio_command, parse_fio_json, pick_fio_config, run_fio
 from .machine import cpu_model, describe_path, machine_info
-from .report import SECTION_TITLE, markdown_section, ratio_rows, replace_section, result_rows, sweep_rows, write_markdown
+from .report import (
+    SECTION_TITLE,
+    markdown_section,
+    ratio_rows,
+    replace_section,
+    result_rows,
+    sweep_rows,
+    write_markdown,
+)
 from .run import TARGETS, BenchConfig, run_bench
 
 __all__ = [

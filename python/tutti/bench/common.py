@@ -7,15 +7,9 @@ import stat
 import statistics
 from typing import Iterable
 
+from ..errors import BenchError as BenchError  # its old home: bench modules import it from here
+
 GB = 1e9
-
-
-class BenchError(Exception):
-    """The benchmark could not run or found wrong data; ``code`` is the exit status to use."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
 
 
 def human_bytes(n: float) -> str:
@@ -75,8 +69,8 @@ def has_store_magic(path: str) -> bool:
 
     libtutti's own check (Store.probe, the one format applies); False when ``path`` cannot be read.
     """
-    from ..errors import TuttiError  # noqa: PLC0415
-    from ..store import Store  # noqa: PLC0415
+    from ..errors import TuttiError
+    from ..store import Store
 
     try:
         return Store.probe(path)["kind"] != "none"
@@ -114,6 +108,6 @@ def room_for(path: str) -> int | None:
 
 def host_memory_available() -> int:
     """Bytes of memory the system could give this process now (MemAvailable)."""
-    import psutil  # noqa: PLC0415
+    import psutil
 
     return psutil.virtual_memory().available

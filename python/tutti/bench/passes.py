@@ -152,6 +152,7 @@ def naive_pass(paths, dst, geo, extents, mem_ids) -> dict:
                     if aligned:
                         n = preadv(fds[member], [view], off)
                     else:
+                        assert bounce is not None  # made above when the spans are not aligned
                         n = preadv(fds[member], [bounce], off)
                         view[:] = memoryview(bounce)[: geo.span_bytes]
                     if n != geo.obj_stride:

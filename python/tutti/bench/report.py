@@ -112,7 +112,8 @@ def markdown_section(res: dict, title: str = SECTION_TITLE) -> str:
 def replace_section(path: str | os.PathLike, title: str, section: str) -> None:
     """Replace the section ``## title`` of ``path`` (up to the next ``## ``) with ``section``, or append it."""
     path = Path(path)
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n"
+    fresh = "# Benchmarks\n\nEvery number here was measured by the command shown with it.\n"
+    text = path.read_text() if path.exists() else fresh
     heading = re.compile(r"^## " + re.escape(title) + r"[ \t]*$", re.M)
     m = heading.search(text)
     if m:

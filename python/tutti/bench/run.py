@@ -6,13 +6,26 @@ import datetime as _dt
 import hashlib
 import random
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from .common import BenchError, drop_page_cache, has_store_magic, host_memory_available, human_bytes, \
-    is_block_device, median, member_bytes, ratio, room_for
+from .common import (
+    BenchError,
+    drop_page_cache,
+    has_store_magic,
+    host_memory_available,
+    human_bytes,
+    is_block_device,
+    median,
+    member_bytes,
+    ratio,
+    room_for,
+)
 from .fio import FIO_SETTINGS, fio_available, pick_fio_config, run_fio
 from .machine import machine_info
 from .passes import naive_pass, object_extents, poison, prefill, retrieve_pass, store_pass, verify
+
+if TYPE_CHECKING:
+    from ..model import Fingerprint
 from .report import SECTION_TITLE
 
 BENCH_MODEL_PREFIX = "tutti-bench:"
@@ -32,7 +45,7 @@ class BenchConfig:
     prefix_tokens: int = 32768
     runs: int = 5
     size: int | None = None  # store capacity in bytes; None: just the prefix
-    fp: object | None = None
+    fp: Fingerprint | None = None
     fio: bool = True
     sweep: Sequence[int] = DEFAULT_SWEEP
     engine: str = "auto"
@@ -48,7 +61,7 @@ def bench_key(run: int, index: int) -> bytes:
 
 def _check_paths(cfg: BenchConfig) -> None:
     """Refuse to destroy anything the benchmark did not create, unless forced."""
-    from ..store import Store  # noqa: PLC0415
+    from ..store import Store
 
     if cfg.force:
         return
@@ -87,9 +100,9 @@ def _check_room(paths: list[str], member_need: int, prefix_bytes: int) -> None:
 
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dict:
     """Run the benchmark; return a JSON-serialisable dict (see the package docstring of tutti.bench)."""
-    from ..memory import PagedBuffer  # noqa: PLC0415
-    from ..model import LLAMA3_8B  # noqa: PLC0415
-    from ..store import Store  # noqa: PLC0415
+    from ..memory import PagedBuffer
+    from ..model import LLAMA3_8B
+    from ..store import Store
 
     log = log or (lambda msg: None)
     paths = [str(p) for p in cfg.paths]
@@ -117,7 +130,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
     except (OSError, ValueError) as e:
         raise BenchError(f"cannot plan a store for {n_blocks} blocks on {len(paths)} member(s): {e}", 2) from None
     if geo.n_slots < n_blocks:
-        raise BenchError(f"--size {human_bytes(cfg.size)} holds {geo.n_slots} blocks; the prefix needs "
+        raise BenchError(f"--size {human_bytes(cfg.size or 0)} holds {geo.n_slots} blocks; the prefix needs "
                          f"{n_blocks} ({human_bytes(n_blocks * geo.block_bytes)} of data)", 2)
     _check_room(paths, need, n_blocks * geo.block_bytes)
     sweep = sorted({n for n in cfg.sweep if 0 < n <= n_blocks} | {n_blocks})

@@ -3,12 +3,22 @@
 Output follows nvme-cli: a table for people, ``--json`` for scripts, on every
 command.  Exit codes are part of the interface (see EXIT_CODES).
 """
+from . import device_cmds, doctor_cmd, gpu_cmd, plan_cmd, profile_cmd, store_cmds  # noqa: F401 - they register their commands on main
 from .app import main
-from . import device_cmds, profile_cmd, store_cmds  # noqa: F401  (register the commands on main)
-from . import doctor_cmd, gpu_cmd, plan_cmd  # noqa: F401
 from .common import (
-    EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_MISMATCH, EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE,
-    CliError, _store_error, format_size, make_console, parse_size,
+    EXIT_CODES,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_PROBLEMS,
+    EXIT_STORE,
+    EXIT_USAGE,
+    CliError,
+    _store_error,
+    format_size,
+    make_console,
+    parse_size,
 )
 from .store_cmds import print_bench
 

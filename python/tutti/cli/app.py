@@ -40,7 +40,7 @@ def _usage(e: click.UsageError, command: str | None) -> CliError:
 def _named(e: CliError, command: str | None) -> CliError:
     """``e`` with its message starting with the command's name, as every error line does."""
     if command and not e.message.startswith(f"{command}:"):
-        e.message = f"{command}: {e.message}"
+        return CliError(f"{command}: {e.message}", e.exit_code)
     return e
 
 
@@ -71,7 +71,7 @@ class AdminGroup(click.Group):
             raise _usage(e, None) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt, EOFError):
             raise
-        except Exception as e:  # noqa: BLE001 - the one place that turns anything into a line
+        except Exception as e:  # the one place that turns anything into a line
             if _debug():
                 raise
             raise _unexpected(e, None) from None
@@ -80,7 +80,7 @@ class AdminGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CliError as e:
-            raise _named(e, ctx.meta.get(_COMMAND))
+            raise _named(e, ctx.meta.get(_COMMAND)) from e
         except click.UsageError as e:
             command = e.ctx.info_name if e.ctx is not None and e.ctx is not ctx else ctx.meta.get(_COMMAND)
             raise _usage(e, command) from None
@@ -98,7 +98,7 @@ class AdminGroup(click.Group):
             if _debug():
                 raise
             raise _unexpected(e, ctx.meta.get(_COMMAND)) from None
-        except Exception as e:  # noqa: BLE001 - see make_context
+        except Exception as e:  # see make_context
             if _debug():
                 raise
             raise _unexpected(e, ctx.meta.get(_COMMAND)) from None

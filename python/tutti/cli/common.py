@@ -8,6 +8,7 @@ from decimal import Decimal, InvalidOperation
 
 import click
 
+from ..errors import TuttiBaseError
 from .params import InputFile, MemberPath, c_field, dtype_text, model_id_text
 from .text import number, one_line, shown
 
@@ -96,7 +97,7 @@ class SizeType(click.ParamType):
     name = "SIZE"
 
     def convert(self, value, param, ctx):
-        from . import limits  # noqa: PLC0415
+        from . import limits
 
         try:
             size = parse_size(value)
@@ -117,7 +118,7 @@ SIZE = SizeType()
 
 
 def make_console(stderr: bool = False):
-    from rich.console import Console  # noqa: PLC0415
+    from rich.console import Console
 
     con = Console(stderr=stderr, highlight=False, soft_wrap=False)
     if not con.is_terminal:
@@ -131,7 +132,7 @@ def _emit_json(obj) -> None:
 
 
 def _json_default(o):
-    import dataclasses  # noqa: PLC0415
+    import dataclasses
 
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
@@ -142,12 +143,13 @@ def _json_default(o):
     return str(o)
 
 
-class CliError(click.ClickException):
-    """An error with its own exit code, printed as 'tutti-admin: error: ...'."""
+class CliError(TuttiBaseError, click.ClickException):
+    """An error with its own exit code, printed as 'tutti-admin: error: ...' (a click exception: how click
+    prints and exits; the one exception of Tutti not in tutti/errors.py)."""
 
     def __init__(self, message: str, code: int):
         super().__init__(message)
-        self.exit_code = code
+        self.exit_code = code  # type: ignore[misc]  # click's stubs say ClassVar; click reads the instance's
 
     def show(self, file=None):
         click.echo(f"tutti-admin: error: {one_line(self.format_message())}", err=True)
@@ -160,7 +162,7 @@ def _store_error(e: OSError, what: str) -> CliError:
     "fingerprint mismatch: ...", "store is in use by another process", "not a Tutti
     store"), after the command; the errno picks only the exit code, so nothing is said twice.
     """
-    from ..errors import FingerprintMismatch  # noqa: PLC0415
+    from ..errors import FingerprintMismatch
 
     reason = e.strerror or str(e)
     if isinstance(e, FingerprintMismatch) or e.errno == errno.EMEDIUMTYPE:
@@ -178,7 +180,7 @@ def _value_text(key: str, value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if key == "created_ns" and isinstance(value, int) and value > 0:
-        import datetime as dt  # noqa: PLC0415
+        import datetime as dt
 
         when = dt.datetime.fromtimestamp(value / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
         return f"{value} ({when})"
@@ -194,7 +196,7 @@ def _value_text(key: str, value) -> str:
 
 
 def _kv_table(title: str, items):
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table
 
     t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
@@ -249,7 +251,7 @@ def _fingerprint_options(required: bool):
 
 def _fingerprint(kw: dict, required: bool):
     """Build a Fingerprint from the model options, or None when none was given and not required."""
-    from ..model import Fingerprint  # noqa: PLC0415
+    from ..model import Fingerprint
 
     manual = [kw.get("layers"), kw.get("kv_heads"), kw.get("head_dim")]
     cfg = kw.get("model_config")
@@ -303,7 +305,7 @@ def _given_alone(kw: dict) -> str | None:
 def _fits_libtutti(fp, what: str):
     """``fp``, once it is known to fit struct tt_fingerprint (a config's numbers are not checked by click):
     each count within its C field, the model id and dtype UTF-8 within theirs (limits from the binding)."""
-    from . import limits  # noqa: PLC0415
+    from . import limits
 
     for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
         value, top = getattr(fp, name), limits.field_max("tt_fingerprint", name)
@@ -323,9 +325,9 @@ def _fits_libtutti(fp, what: str):
 
 def check_members(ctx, param, members):
     """A store's member list: at most TT_MAX_MEMBERS paths, none named twice (click callback)."""
-    import os  # noqa: PLC0415
+    import os
 
-    from . import limits  # noqa: PLC0415
+    from . import limits
 
     members = tuple(members or ())
     if len(members) > limits.max_members():
@@ -353,7 +355,7 @@ def _json_opt(f):
 
 
 def _open(paths, what: str, **kw):
-    from ..store import Store  # noqa: PLC0415
+    from ..store import Store
 
     try:
         return Store.open(list(paths), **kw)

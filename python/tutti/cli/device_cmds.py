@@ -7,11 +7,11 @@ import click
 
 from .app import main
 from .common import (
-    CliError,
     EXIT_CODES,
     EXIT_PROBLEMS,
     EXIT_STORE,
     EXIT_USAGE,
+    CliError,
     _emit_json,
     _json_opt,
     format_size,
@@ -28,7 +28,7 @@ def _device_error(e, what: str) -> CliError:
 
 
 def _resolve_device(arg: str, what: str) -> str:
-    from ..devices import DeviceError, resolve_controller  # noqa: PLC0415
+    from ..devices import DeviceError, resolve_controller
 
     try:
         return resolve_controller(arg)
@@ -75,9 +75,9 @@ def list_cmd(as_json):
     Tutti store is on it (superblock magic; '?' when it cannot be read: run as
     root).  Like `nvme list`.
     """
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table
 
-    from ..devices import list_controllers  # noqa: PLC0415
+    from ..devices import list_controllers
 
     ctls = list_controllers()
     if as_json:
@@ -91,7 +91,7 @@ def list_cmd(as_json):
         t.add_row(*row)
     con = make_console()
     if not con.is_terminal:  # pipes and logs: never cut a device name or serial short
-        from rich.measure import Measurement  # noqa: PLC0415
+        from rich.measure import Measurement
 
         con.width = max(con.width, Measurement.get(con, con.options.update_width(1 << 16), t).maximum)
     con.print(t)
@@ -116,7 +116,7 @@ def attach_cmd(device, as_json):
     is mounted, used as swap, held by another block device (dm, md, ...) or
     opened exclusively; also when tutti.ko is not loaded.  Needs root.
     """
-    from ..devices import DeviceError, attach  # noqa: PLC0415
+    from ..devices import DeviceError, attach
 
     bdf = _resolve_device(device, "attach")
     try:
@@ -140,7 +140,7 @@ def detach_cmd(device, as_json):
     is then left without a driver: modprobe nvme and run detach again).  Processes
     using the controller's tutti.ko nodes lose them (-ENODEV).  Needs root.
     """
-    from ..devices import DeviceError, detach  # noqa: PLC0415
+    from ..devices import DeviceError, detach
 
     bdf = _resolve_device(device, "detach")
     try:
@@ -203,10 +203,10 @@ def health_cmd(device, rated_tbw, dwpd, warranty_years, as_json):
     With --rated-tbw or --dwpd: the write rate and the days left to the rated
     endurance.  Needs root.
     """
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table
 
-    from ..devices import DeviceError, smart_log  # noqa: PLC0415
-    from ..smart import parse_smart_log  # noqa: PLC0415
+    from ..devices import DeviceError, smart_log
+    from ..smart import parse_smart_log
 
     bdf = _resolve_device(device, "health")
     try:
@@ -269,7 +269,7 @@ def hotplug_cmd(device, config):
     same refusals as attach apply: a listed controller whose namespaces are in
     use stays with nvme (exit 3).
     """
-    from ..devices import DEFAULT_ATTACH_CONFIG, DeviceError, attach, hotplug_wanted, read_attach_config  # noqa: PLC0415
+    from ..devices import DEFAULT_ATTACH_CONFIG, DeviceError, attach, hotplug_wanted, read_attach_config
 
     path = config or DEFAULT_ATTACH_CONFIG
     try:

@@ -19,7 +19,7 @@ PATHS = ("staged", "gds", "gio")
 
 
 def _library() -> dict:
-    from ..gpu._ffi import library_path, lib  # noqa: PLC0415
+    from ..gpu._ffi import lib, library_path
     path = library_path()
     try:
         lib()
@@ -30,7 +30,7 @@ def _library() -> dict:
 
 def _cuda() -> dict:
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError:
         return {"ok": False, "devices": [], "detail": "PyTorch is not installed"}
     if not torch.cuda.is_available():
@@ -58,7 +58,7 @@ def _cufile() -> dict:
 
 def _green() -> dict:
     try:
-        from cuda.bindings import driver  # noqa: F401,PLC0415
+        from cuda.bindings import driver  # noqa: F401 - only: is it installed?
     except ImportError:
         return {"ok": False, "detail": "cuda-bindings is not installed: I/O and compute share all SMs "
                                        "(plain streams)"}

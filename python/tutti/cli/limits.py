@@ -18,7 +18,7 @@ import functools
 
 @functools.lru_cache(maxsize=None)
 def _binding():
-    from .._tutti import ffi, lib  # noqa: PLC0415
+    from .._tutti import ffi, lib
 
     return ffi, lib
 

@@ -30,7 +30,7 @@ def not_a_member(path: str, st: os.stat_result) -> str | None:
     """Why the existing ``path`` cannot be a store member (None if it can): only regular files, block
     devices and tutti.ko namespace nodes can; a directory, a FIFO, a socket or another character
     device cannot, and is refused without being opened."""
-    from ..devices import is_tutti_namespace_node  # noqa: PLC0415
+    from ..devices import is_tutti_namespace_node
 
     mode = st.st_mode
     if stat.S_ISREG(mode) or stat.S_ISBLK(mode):

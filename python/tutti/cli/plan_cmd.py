@@ -5,8 +5,8 @@ import re
 
 import click
 
-from .app import main
 from . import limits
+from .app import main
 from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, make_console
 from .params import Choice, Finite, InputFile, Parsed, Whole, c_field
 from .text import shown
@@ -66,7 +66,7 @@ def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], 
                  hw_alone=None) -> list[dict]:
     """Per length: the predictions with ``hw``; with ``hw_alone`` (the I/O path's rate measured alone)
     also the crossover that rate gives, the other end of the band the real one falls in."""
-    from ..sched import best_load_blocks, crossover_hit_rate, loading_stops_paying, predict  # noqa: PLC0415
+    from ..sched import best_load_blocks, crossover_hit_rate, loading_stops_paying, predict
 
     out = []
     for t in tokens:
@@ -96,7 +96,7 @@ def io_alone_hardware(io: dict, n_ssd: int, pcie_gbps):
     uses: a pessimistic input, the I/O kernels fight the GEMMs for SMs) and alone. On the H200 the loads
     inside a real prefill ran at the rate measured alone (docs/prefill.md), so the truth lies between.
     """
-    from ..sched import Hardware  # noqa: PLC0415
+    from ..sched import Hardware
 
     r, w = io.get("read_gbps_idle"), io.get("write_gbps_idle")
     if not isinstance(r, (int, float)) or isinstance(r, bool) or r <= 0:
@@ -107,7 +107,7 @@ def io_alone_hardware(io: dict, n_ssd: int, pcie_gbps):
 
 
 def _preset_names() -> list[str]:
-    from ..sched import PRESETS  # noqa: PLC0415
+    from ..sched import PRESETS
 
     return list(PRESETS)
 
@@ -150,7 +150,7 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
 
     Needs --model or --profile.  Runs anywhere: no GPU, no torch.
     """
-    from ..sched import PRESETS, ComputeProfile, Hardware, ProfileError  # noqa: PLC0415
+    from ..sched import PRESETS, ComputeProfile, Hardware, ProfileError
 
     if bool(model_name) == bool(profile_path):
         raise CliError("give exactly one of --model NAME and --profile TABLE.json", EXIT_USAGE)
@@ -193,7 +193,7 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
 
 
 def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table
 
     con = make_console()
     link = f", link {hw.pcie_gbps:g} GB/s" if hw.pcie_gbps else ""

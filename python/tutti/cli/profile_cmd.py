@@ -6,12 +6,11 @@ import re
 
 import click
 
-from .app import main
 from . import limits
+from .app import main
 from .common import EXIT_CODES, EXIT_USAGE, CliError, _emit_json, _json_opt, format_size, make_console
 from .params import Choice, Finite, OutputFile, Parsed, Whole, c_field
 from .text import shown
-
 
 _GRID_RE = re.compile(r"^\s*([0-9]{1,30})\s*:\s*([0-9]{1,30})\s*$")
 _DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]{1,6})?)$")
@@ -33,7 +32,7 @@ def _parse_device(text: str) -> str:
 
 
 def _preset_names() -> list[str]:
-    from ..sched import PRESETS  # noqa: PLC0415
+    from ..sched import PRESETS
 
     return list(PRESETS)
 
@@ -68,12 +67,12 @@ def profile_cmd(out, device, tiny, preset, grid, repeats, with_io, io_namespaces
     store's read and write rates.
     """
     try:
-        import torch  # noqa: PLC0415
+        import torch
     except ImportError:
         raise CliError("profile needs PyTorch (pip install torch)", EXIT_USAGE) from None
-    from ..prefill import TINY_SHAPE  # noqa: PLC0415
-    from ..prefill.profiling import DEFAULT_GRID, TINY_GRID, device_name, profile_layer, profile_table  # noqa: PLC0415
-    from ..sched import PRESETS  # noqa: PLC0415
+    from ..prefill import TINY_SHAPE
+    from ..prefill.profiling import DEFAULT_GRID, TINY_GRID, device_name, profile_layer, profile_table
+    from ..sched import PRESETS
 
     if tiny:
         shape, dtype, default_grid = TINY_SHAPE, torch.float32, TINY_GRID
@@ -128,7 +127,7 @@ def _fits_memory(torch, dev, need: int, what: str) -> None:
     if dev.type == "cuda":
         free = torch.cuda.mem_get_info(dev)[0]
     else:
-        from ..bench import host_memory_available  # noqa: PLC0415
+        from ..bench import host_memory_available
 
         free = host_memory_available()
     if need > free:
@@ -136,12 +135,12 @@ def _fits_memory(torch, dev, need: int, what: str) -> None:
 
 
 def _measure_store_io(shape, dtype_name, dev, n_ns, rate_gbps, n_blocks) -> dict:
-    import torch  # noqa: PLC0415
+    import torch
 
-    from ..gpu import GpuLibraryMissing  # noqa: PLC0415
-    from ..prefill import PagedKVCache  # noqa: PLC0415
-    from ..prefill.kvio import GioKV, open_emulated_store  # noqa: PLC0415
-    from ..prefill.profiling import measure_io  # noqa: PLC0415
+    from ..gpu import GpuLibraryMissing
+    from ..prefill import PagedKVCache
+    from ..prefill.kvio import GioKV, open_emulated_store
+    from ..prefill.profiling import measure_io
 
     torch.cuda.set_device(dev)
     try:

@@ -11,13 +11,11 @@ import click
 from . import limits
 from .app import main
 from .common import (
-    CliError,
     EXIT_CODES,
     EXIT_PROBLEMS,
     EXIT_USAGE,
     SIZE,
-    check_members,
-    format_size,
+    CliError,
     _emit_json,
     _fingerprint,
     _fingerprint_options,
@@ -28,10 +26,11 @@ from .common import (
     _print_dict,
     _store_error,
     _store_summary,
+    check_members,
+    format_size,
     make_console,
 )
 from .params import Choice, InputFile, MemberPath, OutputFile, Text, Whole, WholeList, c_arg, c_field, dtype_text
-
 
 _FP = "tt_format_params"
 
@@ -42,8 +41,8 @@ def _store_held(path: str) -> str | None:
     libtutti's probe: any version, valid or damaged, in either copy.  A path that cannot be
     read is left to format itself, which reports why.
     """
-    from ..errors import TuttiError  # noqa: PLC0415
-    from ..store import Store  # noqa: PLC0415
+    from ..errors import TuttiError
+    from ..store import Store
 
     try:
         pr = Store.probe(path)
@@ -78,8 +77,8 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
     Without --capacity or --slots the store fills the smallest member (block
     devices); a regular file needs --capacity or --slots.
     """
-    from ..bench import is_block_device, member_bytes  # noqa: PLC0415
-    from ..store import Store  # noqa: PLC0415
+    from ..bench import is_block_device, member_bytes
+    from ..store import Store
 
     fp = _fingerprint(model, required=True)
     if capacity is not None and slots is not None:
@@ -135,8 +134,8 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
 def _plan_fits(paths, fp, sizing: dict, layout: dict) -> None:
     """Refuse (exit 2) a geometry libtutti would refuse, or a store larger than the file systems of its
     regular-file members can hold, before anything is read or written."""
-    from ..bench import room_for  # noqa: PLC0415
-    from ..store import Store  # noqa: PLC0415
+    from ..bench import room_for
+    from ..store import Store
 
     try:
         _, need = Store.plan(len(paths), fp, **sizing, **layout)
@@ -193,7 +192,7 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
     (after --repair: those that could not be repaired).  A slot that could not
     be read (an I/O error) is reported and never cleared: it is not corruption.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: PLC0415
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     fp = _fingerprint(model, required=False)
     with _open(paths, "check", readonly=not repair, expect=fp) as s:
@@ -279,7 +278,7 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     byte, and compares with fio (same files, data region) and one os.preadv
     per object.  Every number printed is measured in this run.
     """
-    from .. import bench  # noqa: PLC0415
+    from .. import bench
 
     members = list(check_members(None, None, list(paths) + list(extra_paths)))
     if not members:
@@ -290,9 +289,9 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
         fp = _fingerprint({"model_config": model_config, "block_size": block_size, "dtype": dtype,
                            "tp_rank": 0, "tp_size": 1}, required=True)
     elif block_size != 16 or dtype:
-        import dataclasses  # noqa: PLC0415
+        import dataclasses
 
-        from ..model import LLAMA3_8B  # noqa: PLC0415
+        from ..model import LLAMA3_8B
 
         fp = dataclasses.replace(LLAMA3_8B, block_size=block_size, dtype=dtype or LLAMA3_8B.dtype)
     cfg = bench.BenchConfig(paths=members, prefix_tokens=prefix_tokens, runs=runs, size=size, fp=fp,
@@ -319,9 +318,9 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
 
 def print_bench(con, res: dict) -> None:
     """The benchmark's result tables."""
-    from rich.table import Table  # noqa: PLC0415
+    from rich.table import Table
 
-    from ..bench import human_bytes, ratio_rows, result_rows, sweep_rows  # noqa: PLC0415
+    from ..bench import human_bytes, ratio_rows, result_rows, sweep_rows
 
     w, s = res["workload"], res["store"]
     con.print(f"{w['model_id']} geometry: {w['n_layers']} layers x {w['n_spans']} spans x "
@@ -340,9 +339,9 @@ def print_bench(con, res: dict) -> None:
         t.add_row(*row, style="red" if row[3] == "NO" else None)
     con.print(t)
     t = Table(title="Retrieve cost vs blocks", title_justify="left")
-    for c in ("blocks", "bytes", "GB/s", "CPU µs/layer", "syscalls/layer"):
-        t.add_column(c, justify="right")
-    for row in sweep_rows(res):
-        t.add_row(*row)
+    for col in ("blocks", "bytes", "GB/s", "CPU µs/layer", "syscalls/layer"):
+        t.add_column(col, justify="right")
+    for srow in sweep_rows(res):
+        t.add_row(*srow)
     con.print(t)
     con.print("[green]all data read back verified byte for byte[/]")

@@ -11,12 +11,12 @@ The library is found through $TUTTI_GPU_LIB or build/libtutti_gpu.so in the
 checkout (``make gpu-lib``); it is loaded on first use, so importing this
 package never fails for want of it.  Import torch first (one CUDA runtime).
 """
-from ._ffi import GpuLibraryMissing, library_path, lib
+from ._ffi import GpuLibraryMissing, lib, library_path
 from .domains import Domains
 from .emu import EmulatedController
 from .gio import Gio, GioBatch, device_ptr
 from .layout import plan_geometry
-from .store import (CorruptBlockError, DeviceKV, DeviceTxn, GdsUnavailable, GpuStore, StoreBusyError, StoreError)
+from .store import CorruptBlockError, DeviceKV, DeviceTxn, GdsUnavailable, GpuStore, StoreBusyError, StoreError
 from .streams import stream_ptr
 
 __all__ = ["EmulatedController", "Gio", "GioBatch", "Domains", "plan_geometry", "GpuLibraryMissing",

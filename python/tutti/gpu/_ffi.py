@@ -13,6 +13,7 @@ from pathlib import Path
 from cffi import FFI
 
 from .. import _cdefs
+from ..errors import GpuLibraryMissing
 
 CDEF = _cdefs.build(_cdefs.GPU_HEADERS, "abi")
 
@@ -31,10 +32,6 @@ ffi = FFI()
 ffi.cdef(CDEF.text)
 
 _lib = None
-
-
-class GpuLibraryMissing(ImportError):
-    """libtutti_gpu.so is not where tutti.gpu looks for it."""
 
 
 def library_path() -> Path:

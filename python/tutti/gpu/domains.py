@@ -21,7 +21,7 @@ class Domains:
 
     def torch_streams(self):
         """(io, compute) as torch.cuda.ExternalStream, for ``with torch.cuda.stream(...)``."""
-        import torch  # noqa: PLC0415
+        import torch
 
         if self._d is None:
             raise ValueError("domains are closed: their streams are destroyed")

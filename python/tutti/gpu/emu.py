@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import weakref
 
-from ._ffi import (TT_EMU_FILE, TT_EMU_HOSTMEM, TT_EMU_MAX_NS, TT_EMU_NULL, TT_NVME_SGLS_BYTE_ALIGNED, check,
-                   ffi, lib)
+from ._ffi import TT_EMU_FILE, TT_EMU_HOSTMEM, TT_EMU_MAX_NS, TT_EMU_NULL, TT_NVME_SGLS_BYTE_ALIGNED, check, ffi, lib
 
 BACKINGS = {"null": TT_EMU_NULL, "hostmem": TT_EMU_HOSTMEM, "file": TT_EMU_FILE}
 

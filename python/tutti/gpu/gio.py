@@ -23,7 +23,7 @@ class GioBatch:
         out = ffi.new("struct tt_gio_batch **")
         check(lib().tt_gio_batch_create(gio.handle, max_cmds, out), "tt_gio_batch_create")
         self._b, self.gio, self.max_cmds = out[0], gio, max_cmds
-        self._keep = ()  # device arrays the prepared descriptor points at
+        self._keep: tuple = ()  # device arrays the prepared descriptor points at
         self._finalizer = weakref.finalize(self, lib().tt_gio_batch_destroy, self._b)
 
     @property

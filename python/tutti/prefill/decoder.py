@@ -129,13 +129,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     to a materialised S x T mask can never happen.  CPU: the same call, math
     kernel.
     """
-    from torch.nn.attention.bias import causal_lower_right  # noqa: PLC0415
+    from torch.nn.attention.bias import causal_lower_right
 
     T, S = q.shape[0], k.shape[0]
     qh, kh, vh = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))  # [1, heads, len, D]
     mask = causal_lower_right(T, S)
     if q.is_cuda:
-        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
         try:
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):

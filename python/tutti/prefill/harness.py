@@ -19,6 +19,7 @@ import statistics
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
@@ -126,17 +127,17 @@ class PrefillHarness:
                 raise ValueError(f"plan is for {plan.total_tokens} tokens / {plan.load_blocks} blocks, "
                                  f"request has {total} / {split.load_blocks}")
         prefix = split.load_tokens
-        L, bs = shape.n_layers, shape.block_size
+        L = shape.n_layers
         c = self.clock
-        ev: dict[tuple[str, int], object] = {}
+        ev: dict[tuple[str, int], Any] = {}
         io_marks: list[tuple[str, int, object, object]] = []
         reads_issued: set[int] = set()
         # Writes to a store's data path must find their memory complete (its streams do not wait for ours):
         # they are issued once the host sees their compute event done, never by blocking the CPU's enqueue.
         host_ready = bool(self.cuda and getattr(self.kv, "host_ready_writes", False))
         ready_writes: deque = deque()  # (event, layer)
-        waits: list[tuple[object, object]] = [None] * L
-        layer_marks: list[tuple[object, object]] = [None] * L
+        waits: list = [None] * L
+        layer_marks: list = [None] * L
 
         if mode == "tutti":
             nb = split.load_blocks

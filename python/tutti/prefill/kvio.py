@@ -18,6 +18,8 @@ called (the store's data paths do not wait for the caller's streams).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .paged import PagedKVCache
@@ -30,12 +32,13 @@ class StoreKV:
     keyed = True  # writes go to keys (the store picks the slots)
 
     def __init__(self, store, cache: PagedKVCache):
-        from ..gpu.store import DeviceKV  # noqa: PLC0415
+        from ..gpu.store import DeviceKV
 
         self.store, self.cache = store, cache
         self.mem = DeviceKV.from_tensor(cache.kv)
         self.mem.check_geometry(store.geometry)
-        self._r = self._w = None
+        self._r: Any = None  # the read and write transactions of the bound step
+        self._w: Any = None
         self._marks: list = []
         self.read_bytes_per_layer = self.write_bytes_per_layer = 0
         self.last_status: dict = {"read": [], "write": []}
@@ -139,10 +142,10 @@ def open_store(shape, directory: str, *, dtype: str, n_slots: int, n_members: in
                **path_params):
     """A fresh store of ``n_slots`` blocks of ``shape`` over ``n_members`` files in ``directory``, opened through
     libtutti_gpu.so with data path ``path`` attached (GpuStore.attach's parameters)."""
-    import os  # noqa: PLC0415
+    import os
 
-    from ..gpu.store import GpuStore  # noqa: PLC0415
-    from ..model import Fingerprint  # noqa: PLC0415
+    from ..gpu.store import GpuStore
+    from ..model import Fingerprint
 
     fp = Fingerprint(model_id=f"tutti/prefill/{shape.name}", dtype=dtype, n_layers=shape.n_layers,
                      kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, block_size=shape.block_size)
@@ -233,7 +236,8 @@ class HostKV:
     def __init__(self, cache: PagedKVCache):
         self.cache = cache
         self.slots: dict[int, torch.Tensor] = {}  # slot -> [n_layers, 2, block_size, kv_heads, head_dim]
-        self._r = self._w = ((), ())
+        self._r: tuple[list[int], list[int]] = ([], [])
+        self._w: tuple[list[int], list[int]] = ([], [])
         self.read_bytes_per_layer = self.write_bytes_per_layer = 0
 
     def bind(self, read_slots, read_ids, write_slots, write_ids) -> None:
@@ -276,7 +280,7 @@ def open_emulated_store(shape, *, dtype: str, n_slots: int, n_ns: int = 2, rate_
                         n_queues: int = 16, n_threads: int = 8, depth: int = 1024):
     """(EmulatedController, Gio, Geometry): a store of ``n_slots`` blocks striped over ``n_ns`` namespaces
     (hostmem backing), laid out as a formatted store would be (tt_store_plan)."""
-    from .. import gpu  # noqa: PLC0415
+    from .. import gpu
 
     geo, need = gpu.plan_geometry(n_layers=shape.n_layers, kv_heads=shape.n_kv_heads, head_dim=shape.head_dim,
                                   block_size=shape.block_size, dtype=dtype, n_members=n_ns, n_slots=n_slots)

@@ -115,7 +115,7 @@ def measure_io(kv, cache: PagedKVCache, n_blocks: int, slots, *, stream=None, un
         kv.bind(slots[:n_blocks], dst, slots[:n_blocks], src)
     errors = 0
     stream = stream or torch.cuda.Stream()
-    res = {}
+    res: dict = {}
     gemm_s = _gemm_seconds() if under_compute else 0.0
     rounds = ("idle", "busy") if under_compute else ("idle",)
     exact = True
@@ -166,7 +166,7 @@ def device_name(device) -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import platform  # noqa: PLC0415
+    import platform
 
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 

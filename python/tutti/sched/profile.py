@@ -28,13 +28,10 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
+from ..errors import ProfileError
 from .model import GB, ModelShape
 
 VERSION = 1
-
-
-class ProfileError(ValueError):
-    """A profile table that cannot be used, with where and why."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +98,7 @@ def fit_layer_time(points: list[ComputePoint]) -> LayerFit:
                 coef[i] = s / norms[i]
             res = sum((sum(coef[j] * r[j] for j in range(3)) - 1.0) ** 2 for r in rows)
             if res < best_res:
-                best, best_res = tuple(coef), res
+                best, best_res = (coef[0], coef[1], coef[2]), res
     fit = LayerFit(*best)
     errs = [(abs(fit(pt.new_tokens, pt.prefix_tokens) - pt.layer_s) / pt.layer_s, pt) for pt in points]
     worst = max(errs, key=lambda e: e[0])
@@ -184,10 +181,10 @@ class ComputeProfile:
             try:
                 with open(where, encoding="utf-8") as f:
                     d = json.load(f)
-            except OSError as e:
-                raise ProfileError(f"{where}: {e.strerror or e}") from None
-            except json.JSONDecodeError as e:
-                raise ProfileError(f"{where}: not valid JSON: {e}") from None
+            except OSError as err:
+                raise ProfileError(f"{where}: {err.strerror or err}") from None
+            except json.JSONDecodeError as err:
+                raise ProfileError(f"{where}: not valid JSON: {err}") from None
             except UnicodeDecodeError:
                 raise ProfileError(f"{where}: not UTF-8 text, so not a JSON profile table") from None
             except RecursionError:
@@ -204,8 +201,8 @@ class ComputeProfile:
             raise ProfileError(f"{where}: 'model' must be an object with the model's shape")
         try:
             shape = ModelShape.from_dict(model)
-        except ValueError as e:
-            raise ProfileError(f"{where}: {e}") from None
+        except ValueError as err:
+            raise ProfileError(f"{where}: {err}") from None
         comp = d.get("compute")
         if not isinstance(comp, list) or not comp:
             raise ProfileError(f"{where}: 'compute' must be a non-empty list of measured points")

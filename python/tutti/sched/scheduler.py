@@ -111,7 +111,9 @@ class SlackScheduler:
 
         def writes_after(r: int):
             for j in by_read.get(r, []):
-                ops.append(IoOp("write", j, ("compute_done", j), placed[j][0], placed[j][1]))
+                p = placed[j]
+                assert p is not None  # by_read holds the placed writes only
+                ops.append(IoOp("write", j, ("compute_done", j), p[0], p[1]))
 
         writes_after(-1)
         for i in read_order:

@@ -21,11 +21,9 @@ group of one rank, is today's single-store commit.
 import errno
 import logging
 
+from ..errors import GroupError
+
 log = logging.getLogger("tutti.tp")
-
-
-class GroupError(RuntimeError):
-    """A collective of the TP group failed (typically: a rank died)."""
 
 
 def _group_size(group):
@@ -55,7 +53,7 @@ def agree(flags, group=None) -> list:
     t = torch.tensor([int(f) for f in flags] or [1], dtype=torch.int32, device=device)
     try:
         dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
-    except Exception as e:  # noqa: BLE001 - gloo/NCCL raise RuntimeError or DistBackendError
+    except Exception as e:  # gloo/NCCL raise RuntimeError or DistBackendError
         raise GroupError(f"TP group collective failed (a rank died?): {e}") from e
     return [bool(x) for x in t.tolist()[: len(flags)]]
 

@@ -8,6 +8,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError
+
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
           "tib": 1 << 40}
@@ -15,10 +17,6 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20
 WRITE_POLICIES = ("slack", "eager")
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "tutti")
-
-
-class ConfigError(ValueError):
-    """A bad ``kv_connector_extra_config`` for TuttiConnector."""
 
 
 def parse_size(value, name="capacity") -> int:

@@ -21,15 +21,9 @@ Both bind the layout and the step's block ids into the transaction, so the worke
 """
 import os
 
+from ..errors import DataPathError, StoreMismatchError
+
 DATA_PATHS = ("auto", "cpu", "staged", "gds", "gio", "host")
-
-
-class StoreMismatchError(RuntimeError):
-    """The configured store was made for another model or KV layout."""
-
-
-class DataPathError(RuntimeError):
-    """The configured data path cannot run with this KV cache or on this machine."""
 
 
 class _Bound:
@@ -157,7 +151,7 @@ def _held_fingerprint(paths):
     try:
         with Store.open(paths, readonly=True, shared=True, engine="psync") as other:
             return other.fingerprint
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - only a hint for the refusal message: any failure means unreadable
         return "unreadable"
 
 

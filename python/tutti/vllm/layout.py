@@ -15,9 +15,7 @@ No layout is assumed, so a backend that permutes its dimensions still works
 import itertools
 from dataclasses import dataclass
 
-
-class LayoutError(ValueError):
-    """A KV cache tensor whose blocks are not dense spans."""
+from ..errors import LayoutError
 
 
 @dataclass(frozen=True)
@@ -110,7 +108,10 @@ def from_kv_caches(kv_caches: dict, num_blocks: int) -> KVLayout:
     if not kv_caches:
         raise LayoutError("no KV cache tensors")
     order = sorted(enumerate(kv_caches.items()), key=lambda x: (_layer_index(x[1][0], x[0]), x[0]))
-    by_ptr, names, layers, name_to_layer = {}, [], [], {}
+    by_ptr: dict = {}
+    names: list = []
+    layers: list = []
+    name_to_layer: dict = {}
     device = None
     for _, (name, t) in order:
         if isinstance(t, (list, tuple)):
@@ -132,7 +133,7 @@ def from_kv_caches(kv_caches: dict, num_blocks: int) -> KVLayout:
                           f"({sorted(span_bytes)}): one store cannot hold them")
     return KVLayout(layer_names=tuple(names), name_to_layer=name_to_layer, layers=tuple(layers),
                     n_spans=n_spans.pop(), span_bytes=span_bytes.pop(), num_blocks=num_blocks,
-                    device=device)
+                    device=str(device))
 
 
 class MemMap:

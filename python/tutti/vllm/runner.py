@@ -19,13 +19,7 @@ import sys
 import threading
 import time
 
-
-class RunnerFailed(RuntimeError):
-    """The engine process exited non-zero; ``log`` holds its output."""
-
-    def __init__(self, name, rc, log, log_path):
-        super().__init__(f"the {name} run failed (exit {rc}); log {log_path}, tail:\n{log[-4000:]}")
-        self.rc, self.log, self.log_path = rc, log, log_path
+from ..errors import RunnerFailed
 
 
 def launch(work, name, spec, *, env_extra=None, timeout=None):
@@ -78,8 +72,9 @@ def run(spec):
     os.environ["TUTTI_VLLM_STATS_DIR"] = stats_dir
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if spec.get("multiprocess") else "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_cache_gib", 1)))
-    from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
+
+    from vllm import LLM, SamplingParams
 
     kv = None
     connector = spec.get("connector", "tutti")

@@ -10,7 +10,7 @@ try:
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
 except ImportError:  # the worker side without vLLM (its tests on the GPU machine): vLLM's shape
     @dataclass
-    class KVConnectorStats:
+    class KVConnectorStats:  # type: ignore[no-redef]  # vLLM's, or this stand-in
         data: dict = field(default_factory=dict)
 
 COUNTERS = (

@@ -20,18 +20,26 @@ finish() {
 }
 wait_for() { local i; for i in $(seq 100); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
 
-# writer TAG ENGINE DEV: its journal lines as they are, its checks numbered here.
+# writer TAG ENGINE DEV: its journal lines as they are, its checks (TAP, hil.h) numbered here;
+# its whole output is kept in /tmp/pl-TAG.tap for the TAP consumer (tap_complete).
 writer() {
 	local tag=$1 line rc
 	shift
 	while IFS= read -r line; do
 		case $line in
-		"ok - "*) ok "[$tag] ${line#ok - }" ;;
-		"not ok - "*) not_ok "[$tag] ${line#not ok - }" ;;
+		"ok "[0-9]*" - "*) ok "[$tag] ${line#ok * - }" ;;
+		"not ok "[0-9]*" - "*) not_ok "[$tag] ${line#not ok * - }" ;;
 		"PL "* | "#"*) echo "$line" ;;
 		*) echo "# $line" ;;
 		esac
-	done < <("$BIN/pl_writer" "$@" 2>&1; echo "PL-RC $?")
+	done < <("$BIN/pl_writer" "$@" 2>&1 | tee "/tmp/pl-$tag.tap"; echo "PL-RC ${PIPESTATUS[0]}")
+}
+# tap_complete TAG OUT: with no failure of its own, the writer's TAP output must satisfy the
+# project's TAP consumer (scripts/tap-run: a plan, the whole of it).
+tap_complete() {
+	grep -q '^not ok ' <<<"$2" && return
+	scripts/tap-run --saved "/tmp/pl-$1.tap" >/tmp/pl-tap.log 2>&1 ||
+		not_ok "[$1] its TAP output is complete: $(sed -n 's/^ *Parse errors: //p; s/^tap-run: //p' /tmp/pl-tap.log | head -3 | paste -sd ' ')"
 }
 
 set -- ${TUTTI_NVME_BDFS:-0000:00:04.0 0000:00:05.0}
@@ -48,9 +56,10 @@ if insmod "${TUTTI_KO:?TUTTI_KO not set}" && "$BIN/kq_attach" attach "$A" >/tmp/
 		ok "$A attached to tutti.ko: /dev/${node}n1"
 		out=$(writer kqueue kqueue "/dev/${node}n1" "$SEED" "$OPS")
 		echo "$out"
-		grep -q "^PL kqueue END" <<<"$out" || not_ok "[kqueue] the writer ran to its end ($(grep -o 'PL-RC.*' <<<"$out"))"
 		PASS=$((PASS + $(grep -c '^ok ' <<<"$out"))) FAIL=$((FAIL + $(grep -c '^not ok ' <<<"$out")))
 		N=$((N + $(grep -c '^ok \|^not ok ' <<<"$out")))
+		grep -q "^PL kqueue END" <<<"$out" || not_ok "[kqueue] the writer ran to its end ($(grep -o 'PL-RC.*' <<<"$out"))"
+		tap_complete kqueue "$out"
 	else
 		not_ok "tutti node for $A"
 	fi
@@ -70,9 +79,10 @@ if [ -n "$dev" ]; then
 	ok "$B bound to the kernel's nvme driver: $dev"
 	out=$(writer "$FILE_ENGINE" "$FILE_ENGINE" "$dev" "$SEED" "$OPS")
 	echo "$out"
-	grep -q "^PL $FILE_ENGINE END" <<<"$out" || not_ok "[$FILE_ENGINE] the writer ran to its end ($(grep -o 'PL-RC.*' <<<"$out"))"
 	PASS=$((PASS + $(grep -c '^ok ' <<<"$out"))) FAIL=$((FAIL + $(grep -c '^not ok ' <<<"$out")))
 	N=$((N + $(grep -c '^ok \|^not ok ' <<<"$out")))
+	grep -q "^PL $FILE_ENGINE END" <<<"$out" || not_ok "[$FILE_ENGINE] the writer ran to its end ($(grep -o 'PL-RC.*' <<<"$out"))"
+	tap_complete "$FILE_ENGINE" "$out"
 else
 	not_ok "block device of $B under the nvme driver"
 fi

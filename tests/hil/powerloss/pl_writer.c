@@ -372,5 +372,5 @@ int main(int argc, char **argv)
 	check(1, "%s: %llu operations (%llu write sequences, %llu aborted, %llu evictions) "
 	      "acknowledged on %s", eng, (unsigned long long)n_ops, (unsigned long long)puts,
 	      (unsigned long long)aborts, (unsigned long long)info.stats.evictions, member);
-	return hil_failed != 0;
+	return tap_failed != 0;
 }

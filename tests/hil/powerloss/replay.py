@@ -33,7 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dmlog import SECTOR, Image, Log, LogError, describe, epoch_states  # noqa: E402
+from dmlog import SECTOR, Image, Log, LogError, describe, epoch_states
 
 PL_MAGIC = 0x4B424C50
 MARK_MAGIC = b"TTPLMARK"
@@ -72,7 +72,7 @@ def parse_journal(lines, engine: str) -> dict:
     return j
 
 
-def block_bytes(k: int, v: int, n_objs: int, span: int, _cache={}) -> bytes:
+def block_bytes(k: int, v: int, n_objs: int, span: int, _cache={}) -> bytes:  # noqa: B006 - a memo, on purpose
     """What pl_writer.c's gen_block() writes for (key k, version v)."""
     key = (k, v, n_objs, span)
     if key not in _cache:
@@ -118,8 +118,9 @@ class Checker:
         self.recover_every = 4
         self.failures: list[str] = []
         self.geo = None
-        from click.testing import CliRunner  # noqa: PLC0415
-        from tutti.cli import main  # noqa: PLC0415
+        from click.testing import CliRunner
+
+        from tutti.cli import main
         self._runner, self._cli = CliRunner(), main
 
     def admin(self, *args) -> tuple[int, str]:
@@ -144,8 +145,8 @@ class Checker:
             self.failures.append(f"{what} — {where}")
 
     def check(self, img: Image, where: str) -> bool:
-        from tutti.errors import TuttiError  # noqa: PLC0415
-        from tutti.store import Store  # noqa: PLC0415
+        from tutti.errors import TuttiError
+        from tutti.store import Store
 
         c = self.counts
         c["states"] += 1
@@ -187,7 +188,8 @@ class Checker:
                     self.fail(f"key {k}: served version {v}, written by a transaction that was aborted", where)
                 elif v not in allowed.get(k, ()):
                     c["stale"] += 1
-                    self.fail(f"key {k}: served version {v}; after op {m} only {sorted(allowed.get(k, ()))} may be", where)
+                    self.fail(f"key {k}: served version {v}; after op {m} only "
+                              f"{sorted(allowed.get(k, ()))} may be", where)
                 elif k in required and required[k] != v:
                     c["lost"] += 1
                     self.fail(f"key {k}: served version {v} instead of {required[k]}", where)
@@ -218,7 +220,7 @@ class Checker:
     def _recover(self, img: Image, m, where: str) -> None:
         """A crashed store must stay usable: on a copy, store new blocks (the store is full, so they
         evict), reopen with checksums on, check clean, and every block served is still right."""
-        from tutti.store import Store  # noqa: PLC0415
+        from tutti.store import Store
 
         d = tempfile.mkdtemp(prefix="pl-recover-", dir=os.path.dirname(img.path))
         try:
