@@ -8,12 +8,11 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from helpers import fake_machine
+from helpers.fake_machine import GPU, SSD, SW_DOWN_GPU, SW_DOWN_SSD
 from tutti import Store, doctor
 from tutti.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE, main
 from tutti.doctor import DEGRADED, NA, OK, UNUSABLE, gpu, host, live, storage
-
-from helpers import fake_machine
-from helpers.fake_machine import GPU, SSD, SW_DOWN_GPU, SW_DOWN_SSD
 
 
 def machine(tmp_path, live_over=None, **knobs):

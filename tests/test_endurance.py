@@ -4,12 +4,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from helpers import fake_sysfs
+from test_admin_devices import make_page
 from tutti import devices
 from tutti.cli import EXIT_OK, EXIT_USAGE, main
 from tutti.endurance import projection, rated_bytes
-
-from helpers import fake_sysfs
-from test_admin_devices import make_page
 
 TB = 10**12
 

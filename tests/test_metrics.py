@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import TINY
 from tutti import Store, metrics
 from tutti.cli import EXIT_OK, EXIT_USAGE, main
-
-from conftest import TINY
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboards" / "grafana-tutti.json"

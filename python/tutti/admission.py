@@ -82,10 +82,11 @@ class Admission:
             raise ValueError("the write budget must be above zero")
         if burst_s <= 0 or seen_capacity <= 0:
             raise ValueError("burst_s and seen_capacity must be above zero")
-        self.rate = None if bytes_per_day is None else bytes_per_day / DAY_S  # bytes per second
+        self.rate: float | None = None if bytes_per_day is None else bytes_per_day / DAY_S  # bytes per second
         self.policy = policy
-        self.size = None if self.rate is None else self.rate * burst_s
-        self.tokens = self.size
+        # Without a budget (rate None) the bucket is never looked at: size and tokens are then 0.
+        self.size: float = 0.0 if self.rate is None else self.rate * burst_s
+        self.tokens: float = self.size
         self.clock = clock
         self.last = clock()
         self.seen: collections.OrderedDict = collections.OrderedDict()
@@ -147,7 +148,7 @@ class Admission:
             if id(s) in picked:
                 self.counters["admitted_saves"] += 1
                 self.counters["admitted_bytes"] += s.nbytes
-                if self.tokens is not None:
+                if self.rate is not None:
                     self.tokens -= s.nbytes  # "all" may overdraw: the debt delays later admissions
             else:
                 self.counters["skipped_saves"] += 1
@@ -160,4 +161,4 @@ class Admission:
         """Counters and the budget's state (bytes per day, tokens left), for the connector's statistics."""
         self._refill()
         return {**self.counters, "budget_bytes_per_day": None if self.rate is None else self.rate * DAY_S,
-                "budget_tokens": self.tokens, "policy": self.policy}
+                "budget_tokens": None if self.rate is None else self.tokens, "policy": self.policy}

@@ -15,6 +15,8 @@ its drive's lifetime average says.  Two readings apart in time (a node exporter 
 """
 from __future__ import annotations
 
+from typing import Any
+
 DAY_H = 24
 YEAR_D = 365
 
@@ -40,7 +42,7 @@ def rated_bytes(rated_tbw: float | None = None, dwpd: float | None = None, capac
 def projection(written_bytes: int, power_on_hours: int, percent_used: int, rated: int | None) -> dict:
     """Write rate and days left; a value that cannot be known is None (and ``why`` says so)."""
     days_on = power_on_hours / DAY_H
-    out = {"written_bytes": written_bytes, "power_on_days": round(days_on, 2), "rated_bytes": rated,
+    out: dict[str, Any] = {"written_bytes": written_bytes, "power_on_days": round(days_on, 2), "rated_bytes": rated,
            "write_bytes_per_day": None, "rated_used_fraction": None, "days_to_rated": None,
            "days_to_percent_used_100": None, "why": []}
     if days_on > 0:

@@ -155,3 +155,17 @@ def check(rc: int) -> int:
     if rc < 0:
         raise error_for(rc)
     return rc
+
+
+# The cluster tier (tutti.cluster): each a one-line reason, never a traceback for a user.
+class ClusterError(TuttiBaseError, RuntimeError):
+    """The cluster tier cannot do what was asked (Mooncake missing, master unreachable, bad config)."""
+
+
+class DescriptorError(TuttiBaseError, ValueError):
+    """A value in the cluster index that is not a location descriptor this tutti trusts: wrong magic,
+    version, length or check, another model, or a geometry unlike the local store's."""
+
+
+class CallTimeout(TuttiBaseError, TimeoutError):
+    """A cluster call (Mooncake RPC or transfer) that did not return within its deadline."""

@@ -9,6 +9,8 @@ docs/operations.md.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # name -> (type, help); every name a textfile can hold (the dashboard test checks its queries against these)
 STORE_METRICS = {
     "tutti_store_info": ("gauge", "Always 1; the store's identity in labels"),
@@ -88,7 +90,7 @@ def drive_samples(store_uuid: str, bdf: str, smart: dict) -> list[tuple[str, dic
     ]
 
 
-def render(samples: list[tuple[str, dict, float | int]], notes: list[str] = ()) -> str:
+def render(samples: list[tuple[str, dict, float | int]], notes: Sequence[str] = ()) -> str:
     """The text exposition format: HELP and TYPE once per metric, then its samples; ``notes`` as comments."""
     out = ["# " + " ".join(n.split()) for n in notes]
     done = set()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 
+from ..errors import CallTimeout  # a Mooncake call did not answer in time (or too many are stuck)
 
-class CallTimeout(TimeoutError):
-    """A Mooncake call did not answer in time (or too many earlier ones are still stuck)."""
+__all__ = ["Bounded", "CallTimeout"]
 
 
 class Bounded:

@@ -190,7 +190,7 @@ class ClusterIndex:
         self.stats["lookups"] += len(store_keys)
         if vals is None:
             return [None] * len(store_keys)
-        out = []
+        out: list = []
         g = self.store.geometry
         for sk, v in zip(store_keys, vals):
             if not v:

@@ -31,7 +31,7 @@ class ClusterNode:
         cfg.check()
         self.store, self.cfg = store, cfg
         self.store_lock = store_lock or threading.RLock()
-        self.stats = collections.Counter()
+        self.stats: collections.Counter = collections.Counter()
         self.link = Link(cfg, Transfers.staging_bytes(store.block_bytes, cfg.batch_blocks))
         self.index = ClusterIndex(store, self.link, self.store_lock, self.stats)
         self.transfers = Transfers(store, self.link, self.store_lock, self.stats)

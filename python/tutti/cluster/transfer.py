@@ -179,7 +179,7 @@ class Transfers:
         buffers ``into``; per block True only if its bytes in ``into`` match the owner's data_sum."""
         result = [False] * len(descs)
         rid = _uuid.uuid4().hex
-        waiter = [threading.Event(), None]
+        waiter: list = [threading.Event(), None]
         with self._fetch_lock:
             with self._pending_lock:
                 self._pending[rid] = waiter

@@ -55,15 +55,15 @@ class Machine:
     etc: str = "/etc"
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
     # live calls (see live.py for what each returns)
-    uring_setup: Callable[[], int] | None = None           # 0 or the errno of io_uring_setup(2)
-    odirect: Callable[[str], tuple | None] | None = None   # None if O_DIRECT works on the path, else (kind, why)
-    id_ctrl: Callable[[str, str], dict | None] | None = None  # (driver, controller node) -> identify facts
-    cuda: Callable[[], dict] | None = None                  # {"ok", "devices", "detail"}
-    green: Callable[[], dict] | None = None                 # {"ok", "detail"}
-    cufile_lib: Callable[[], dict] | None = None            # {"ok", "detail"}
-    libtutti: Callable[[], str | None] | None = None        # None if the binding loads, else why
-    version_of: Callable[[str], str | None] | None = None   # installed version of a distribution
-    uname: Callable[[], str] | None = None                  # kernel release
+    uring_setup: Callable[[], int] = None  # type: ignore[assignment]  # 0 or the errno of io_uring_setup(2)
+    odirect: Callable[[str], tuple | None] = None  # type: ignore[assignment]  # None if O_DIRECT works on the path, else (kind, why)
+    id_ctrl: Callable[[str, str], dict | None] = None  # type: ignore[assignment]  # (driver, controller node) -> identify facts
+    cuda: Callable[[], dict] = None  # type: ignore[assignment]  # {"ok", "devices", "detail"}
+    green: Callable[[], dict] = None  # type: ignore[assignment]  # {"ok", "detail"}
+    cufile_lib: Callable[[], dict] = None  # type: ignore[assignment]  # {"ok", "detail"}
+    libtutti: Callable[[], str | None] = None  # type: ignore[assignment]  # None if the binding loads, else why
+    version_of: Callable[[str], str | None] = None  # type: ignore[assignment]  # installed version of a distribution
+    uname: Callable[[], str] = None  # type: ignore[assignment]  # kernel release
 
     def __post_init__(self):
         from . import live  # noqa: PLC0415

@@ -59,7 +59,7 @@ def _size(n: int | None) -> str:
 
 def controller_facts(m: Machine, bdf: str, table) -> tuple[str, str, str, dict]:
     """(status, detail, fix, description) of one NVMe controller."""
-    from ..devices import namespace_users, describe_controller  # noqa: PLC0415
+    from ..devices import describe_controller, namespace_users  # noqa: PLC0415
 
     sysfs = _sysfs(m)
     ctl = describe_controller(bdf, sysfs, probe=False)
@@ -156,7 +156,7 @@ def check_path(m: Machine, path: str, table) -> list[Check]:
         if in_use:
             return [Check("storage", f"path {path}", UNUSABLE, f"{what}, mounted on {', '.join(in_use)}: a store on "
                           "the device would overwrite that file system, and libtutti refuses it",
-                          f"umount it (and remove it from /etc/fstab), or give a file on that file system instead")]
+                          "umount it (and remove it from /etc/fstab), or give a file on that file system instead")]
     out.append(Check("storage", f"path {path}", OK, what))
     od = m.odirect(path)
     if od is None:
