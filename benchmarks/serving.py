@@ -270,7 +270,8 @@ def main(argv=None):
                 work = os.path.join(tmp, f"run{run}", name)
                 records.append(run_config(name, ctx, work))
             runs.append({"records": records, "outputs": compare_outputs(records)})
-            shutil.rmtree(os.path.join(tmp, f"run{run}"), ignore_errors=True)
+            if args.workdir is None:  # stores and logs of one run can be large
+                shutil.rmtree(os.path.join(tmp, f"run{run}"), ignore_errors=True)
     finally:
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
