@@ -84,6 +84,8 @@ def parse_args(argv=None):
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "serving_cpu.json"))
     ap.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--section", default=TITLE)
+    ap.add_argument("--render", metavar="JSON", default=None,
+                    help="measure nothing: write the --output section from a JSON this script wrote")
     args = ap.parse_args(argv)
     q = args.quick
     defaults = dict(docs=4 if q else 12, questions=2 if q else 4, doc_tokens=512 if q else 1536,
@@ -257,8 +259,33 @@ def compare_outputs(records, ref_name="none"):
     return out
 
 
+OUTPUT_OPTIONS = ("--workdir", "--json", "--output", "--section", "--render")
+
+
+def shown_command(argv):
+    """The command line without the options that only say where files go (same measurement)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in OUTPUT_OPTIONS:
+            skip = True
+        elif not a.startswith(tuple(o + "=" for o in OUTPUT_OPTIONS)):
+            out.append(a)
+    return " ".join(["python benchmarks/serving.py"] + [shlex.quote(a) for a in out])
+
+
 def main(argv=None):
     args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        data["meta"]["command"] = shown_command(data["meta"].get("argv", data["meta"]["command"].split()[2:]))
+        text = render(data["meta"], data["runs"], args.section)
+        print(text)
+        replace_section(args.output, args.section, text)
+        return 0
     import vllm
     tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-serving-", dir="/var/tmp")
     runs = []
@@ -275,8 +302,7 @@ def main(argv=None):
     finally:
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    cmd = "python benchmarks/serving.py " + " ".join(map(shlex.quote, sys.argv[1:] if argv is None else argv))
-    meta = {"command": cmd.strip(),
+    meta = {"command": shown_command(argv), "argv": list(argv),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": {"node": platform.node(), "cpu": cpu_model(), "cores": os.cpu_count(),
                         "kernel": platform.release(), "python": platform.python_version(),
