@@ -138,3 +138,7 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
     assert "| TuttiConnector (disk) | 1.020 | 1.020 |" in text
     assert "| TuttiConnector (disk) | ≥ 2.000 | ≥ 2.00 | 0 of 9 (differ:" in text
     assert "| no connector (vLLM prefix caching) | 1.000 | — | — |" in text
+    assert "| TuttiConnector (disk): cold TTFT ≤ 1.05 × no connector | 1.020 | yes |" in text
+    assert "| TuttiConnector (disk): highest rate at the SLO ≥ 2 × no connector | ≥ 2.00 | yes |" in text
+    assert "| TuttiConnector (disk): outputs identical to no connector | 0 of 9 | **no** |" in text
+    assert "save of one document ≥ 30 % of the no-connector cold TTFT | 47 % | yes |" in text

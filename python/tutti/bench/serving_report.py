@@ -47,6 +47,44 @@ def _fmt_rate(r):
     return f"{'≥ ' if kind == 'at least' else ''}{rate:.3f}"
 
 
+def _met(ok):
+    return "—" if ok is None else ("yes" if ok else "**no**")
+
+
+def targets(meta, runs, cfgs, slo):
+    """Issue 13's "Must show" lines for the CPU serving benchmark, as measured here."""
+    ref = cfgs.get("none")
+    if not ref or all("failed" in r for r in ref):
+        return []
+    out = ["", "| Target (issue 13) | Measured | Met |", "|---|---|---|"]
+    share = None
+    if meta.get("reference_cold_s") and meta.get("throttle_mbps"):
+        share = meta["doc_bytes"] / (meta["throttle_mbps"] * 1e6) / meta["reference_cold_s"]
+        out.append(f"| throttled store: a synchronous save of one document ≥ 30 % of the no-connector cold "
+                   f"TTFT | {share * 100:.0f} % | {_met(share >= 0.3)} |")
+    for name in ("tutti-slow", "tutti"):
+        recs = [r for r in cfgs.get(name, []) if "failed" not in r]
+        if not recs:
+            continue
+        ratio = _med([r["cold_p50"] / x["cold_p50"] for r, x in zip(cfgs[name], ref)
+                      if "failed" not in r and "failed" not in x])
+        out.append(f"| {LABELS[name]}: cold TTFT ≤ 1.05 × no connector | {ratio:.3f} | {_met(ratio <= 1.05)} |")
+        rates = [(_slo_rate(r, slo), _slo_rate(x, slo)) for r, x in zip(cfgs[name], ref)]
+        vals = []
+        for (a, _), (b, _) in rates:
+            vals.append(None if a is None else (float("inf") if b is None else a / b))
+        shown = " / ".join(rate_ratio(a, b) for a, b in rates)
+        ok = None if any(v is None for v in vals) and all(v is None for v in vals) else \
+            all(v is not None and v >= 2 for v in vals)
+        out.append(f"| {LABELS[name]}: highest rate at the SLO ≥ 2 × no connector | {shown} | {_met(ok)} |")
+        outs = [run["outputs"].get(name) for run in runs if run["outputs"].get(name)]
+        differ = sum(len(o["differ"]) for o in outs)
+        out.append(f"| {LABELS[name]}: outputs identical to no connector | "
+                   f"{sum(o['compared'] for o in outs) - differ} of {sum(o['compared'] for o in outs)} | "
+                   f"{_met(differ == 0 if outs else None)} |")
+    return out
+
+
 def render(meta, runs, title):
     m, w = meta["machine"], meta["workload"]
     cfgs = _by_config(runs)
@@ -128,6 +166,7 @@ def render(meta, runs, title):
                 f" (differ: {', '.join(outs[0]['differ'][:3])}{'…' if differ > 3 else ''})" if differ else "")
         lines.append(f"| {LABELS.get(name, name)} | {' / '.join(_fmt_rate(r) for r in per_run)} | "
                      f"{'—' if name == 'none' else ' / '.join(ratios) or '—'} | {same} |")
+    lines += targets(meta, runs, cfgs, slo)
     # Tutti's own counters
     for name in ("tutti", "tutti-slow"):
         for i, rec in enumerate(cfgs.get(name, [])):
