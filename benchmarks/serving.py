@@ -64,7 +64,7 @@ def parse_args(argv=None):
     ap.add_argument("--rates", default="auto",
                     help="requests/s, comma-separated, or 'auto' (default): --rate-multiples of "
                          "1 / the no-connector cold TTFT")
-    ap.add_argument("--rate-multiples", default=None, help="for --rates auto (default 0.5,1,2,3)")
+    ap.add_argument("--rate-multiples", default=None, help="for --rates auto (default 0.25,0.5,1,2)")
     ap.add_argument("--slo-factor", type=float, default=3.0,
                     help="TTFT SLO = this x the no-connector cold TTFT (p50) (default 3)")
     ap.add_argument("--slo-ms", type=float, default=None, help="an absolute TTFT SLO instead")
@@ -89,7 +89,7 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     q = args.quick
     defaults = dict(docs=4 if q else 12, questions=2 if q else 4, doc_tokens=512 if q else 1536,
-                    cold=2 if q else 4, rate_multiples="1,3" if q else "0.5,1,2,3",
+                    cold=2 if q else 4, rate_multiples="1,3" if q else "0.25,0.5,1,2",
                     configs="none,tutti" if q else ",".join(CONFIGS))
     for k, v in defaults.items():
         if getattr(args, k) is None:
@@ -174,7 +174,8 @@ def run_config(name, ctx, work):
     srv = serve.Server(model=ctx["model"], log_path=os.path.join(work, "server.log"),
                        env=serve.server_env(work, env_extra),
                        kv_transfer_config=kv_config(name, work, ctx["capacity"]), block_size=BLOCK,
-                       max_model_len=ctx["max_model_len"], kv_cache_bytes=ctx["kv_cache_bytes"])
+                       max_model_len=ctx["max_model_len"], kv_cache_bytes=ctx["kv_cache_bytes"],
+                       extra_args=["--max-num-batched-tokens", str(ctx["max_batched"])])
     try:
         with srv:
             rec["ready_s"] = srv.ready_s
@@ -182,6 +183,8 @@ def run_config(name, ctx, work):
             serve.drive_sequential(srv.url, ctx["warmup"], max_tokens=args.max_tokens)
             rec["cold"] = serve.drive_sequential(srv.url, ctx["cold"], max_tokens=args.max_tokens)
             rec["cold_p50"] = statistics.median(r["ttft_s"] or float("inf") for r in rec["cold"])
+            if srv.died():
+                raise serve.ServerFailed("the server died in the cold phase", srv.died(), srv.log_path)
             print(f"serving: {name}: cold TTFT p50 {rec['cold_p50']:.3f} s", file=sys.stderr, flush=True)
             if name == "none":
                 ctx.setdefault("reference", rec["cold_p50"])
@@ -194,8 +197,12 @@ def run_config(name, ctx, work):
                 rec["rates"].append({"rate": rate, "summary": summ, "requests": res})
                 print(f"serving: {name}: {rate:.3f} req/s: TTFT p50 {summ['p50']:.3f} s, p99 "
                       f"{summ['p99']:.3f} s, failed {summ['failed']}", file=sys.stderr, flush=True)
+                died = srv.died()
+                if died:
+                    raise serve.ServerFailed(f"the server died during the sweep at {rate:.3f} req/s",
+                                             died, srv.log_path)
     except serve.ServerFailed as e:
-        rec["failed"] = e.reason
+        rec["failed"], rec["failed_when"] = e.reason, e.msg
         print(f"serving: {name}: {e}", file=sys.stderr, flush=True)
     if name.startswith("tutti"):
         from tutti.vllm.runner import _stats_totals  # the connector's own counters (TUTTI_VLLM_STATS_DIR)
@@ -233,6 +240,8 @@ def build_context(args, tmp):
     stored_docs = args.cold + n_rates * args.docs
     ctx = dict(args=args, model=model, model_config=mc, kv_per_token=per_token, doc_bytes=doc_bytes,
                kv_cache_bytes=kv_cache, max_model_len=prompt_tokens + args.max_tokens + BLOCK,
+               # a whole prompt in one step (no chunked prefill: ExampleConnector mis-loads chunks)
+               max_batched=max(2048, prompt_tokens + args.max_tokens + BLOCK),
                capacity=((stored_docs * doc_bytes * 3 // 2 + (64 << 20)) >> 20) << 20,
                warmup=workload.document_requests("warmup", docs=2, **dict(common, questions=1)),
                cold=workload.document_requests("cold", docs=args.cold, **dict(common, questions=1)),

@@ -134,7 +134,7 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
             "rates": [1.0, 2.0], "slo_s": 3.0, "slo_quantile": 0.9, "throttle_mbps": 20,
             "reference_cold_s": 1.0}
     text = render(meta, runs, "T")
-    assert "did not run**: `Exception: CPU Offloading" in text
+    assert "did not run**: `Exception: CPU Offloading" in text  # no failed_when recorded
     assert "| TuttiConnector (disk) | 1.020 | 1.020 |" in text
     assert "| TuttiConnector (disk) | ≥ 2.000 | ≥ 2.00 | 0 of 9 (differ:" in text
     assert "| no connector (vLLM prefix caching) | 1.000 | — | — |" in text

@@ -22,7 +22,7 @@ class ServerFailed(RuntimeError):
 
     def __init__(self, msg, reason, log_path):
         super().__init__(f"{msg}: {reason} (log: {log_path})")
-        self.reason, self.log_path = reason, log_path
+        self.msg, self.reason, self.log_path = msg, reason, log_path
 
 
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)):\s*(.+)$")
@@ -118,6 +118,12 @@ class Server:
         raise ServerFailed(f"the server was not ready within {self.ready_timeout} s",
                            error_reason(self._log_text()), self.log_path)
 
+    def died(self):
+        """None while the server runs; else the error line of its log (the engine died)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return error_reason(self._log_text())
+
     def stop(self, timeout=60):
         """SIGTERM the server (its own process group: the engine and worker go with it)."""
         if self.proc is None or self.proc.poll() is not None:
@@ -149,11 +155,17 @@ async def stream_completion(session, url, prompt_ids, max_tokens, timeout_s):
                 line = raw.decode().strip()
                 if not line.startswith("data:") or line == "data: [DONE]":
                     continue
-                new = json.loads(line[5:])["choices"][0].get("token_ids") or []
+                chunk = json.loads(line[5:])
+                if not chunk.get("choices"):  # the server streams an error object instead
+                    err = chunk.get("error", chunk)
+                    out["error"] = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
+                    break
+                new = chunk["choices"][0].get("token_ids") or []
                 if new and out["ttft_s"] is None:
                     out["ttft_s"] = time.perf_counter() - t0
                 out["ids"] += new
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError, IndexError,
+            TypeError, AttributeError) as e:
         out["error"] = f"{type(e).__name__}: {e}"
     out["total_s"] = time.perf_counter() - t0
     if out["error"] is None and out["ttft_s"] is None:

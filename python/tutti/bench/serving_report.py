@@ -123,7 +123,8 @@ def render(meta, runs, title):
     # Failed configurations: the reason instead of numbers.
     for name, recs in cfgs.items():
         if all("failed" in r for r in recs):
-            lines.append(f"- {LABELS.get(name, name)}: **did not run**: `{recs[0]['failed']}`")
+            lines.append(f"- {LABELS.get(name, name)}: **{recs[0].get('failed_when', 'did not run')}**: "
+                         f"`{recs[0]['failed']}`")
     lines.append("")
     live = {n: rs for n, rs in cfgs.items() if not all("failed" in r for r in rs)}
     # Cold TTFT
