@@ -142,3 +142,45 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
     assert "| TuttiConnector (disk): highest rate at the SLO ≥ 2 × no connector | ≥ 2.00 | yes |" in text
     assert "| TuttiConnector (disk): outputs identical to no connector | 0 of 9 | **no** |" in text
     assert "save of one document ≥ 30 % of the no-connector cold TTFT | 47 % | yes |" in text
+
+
+def test_client_measures_ttft_and_reports_a_streamed_error():
+    """The streaming client against a stand-in server (aiohttp.web): TTFT is taken at the first chunk
+    that carries a token, after the server's delay; an error object in the stream fails the request."""
+    import asyncio
+    import json
+    import threading
+
+    from aiohttp import web
+
+    async def completions(request):
+        body = await request.json()
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        if body["prompt"][0] == 0:
+            await resp.write(b'data: {"error": {"message": "engine dead"}}\n\n')
+            return resp
+        await resp.write(b'data: {"choices": [{"text": "", "token_ids": []}]}\n\n')
+        await asyncio.sleep(0.2)
+        for t in body["prompt"][:body["max_tokens"]]:
+            await resp.write(f"data: {json.dumps({'choices': [{'token_ids': [t]}]})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    runner = web.AppRunner(app)
+    port = serve.free_port()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    th = threading.Thread(target=loop.run_forever, daemon=True)
+    th.start()
+    try:
+        reqs = [workload.Request("ok", 0, 0, [5, 6, 7], 0.0), workload.Request("bad", 0, 1, [0, 1], 0.05)]
+        ok, bad = serve.drive(f"http://127.0.0.1:{port}", reqs, max_tokens=2, timeout_s=10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(5)
+    assert ok["error"] is None and ok["ids"] == [5, 6] and 0.2 <= ok["ttft_s"] <= ok["total_s"]
+    assert bad["error"] == "engine dead" and bad["ttft_s"] is None and bad["sent_s"] >= 0.05
