@@ -284,6 +284,44 @@ def shown_command(argv):
     return " ".join(["python benchmarks/serving.py"] + [shlex.quote(a) for a in out])
 
 
+def prompts_by_key(meta, model_config):
+    """Every prompt of a run, by key, rebuilt from the workload parameters (they are deterministic)."""
+    w = meta["workload"]
+    common = dict(doc_tokens=w["doc_tokens"], question_tokens=w["question_tokens"],
+                  vocab_size=model_config["vocab_size"], seed=w["seed"])
+    reqs = workload.document_requests("cold", docs=w["cold"], questions=1, **common)
+    for i in range(len(meta["rates"])):
+        reqs += workload.document_requests(f"rate{i}", docs=w["docs"], questions=w["questions"], **common)
+    return {r.key: r.prompt for r in reqs}
+
+
+def recheck_outputs(meta, runs, model, tmp):
+    """Requests whose tokens differ from the concurrent no-connector run, computed again alone.
+
+    Batches of different shapes give slightly different bf16 logits on CPU, so two servers under load
+    may pick another greedy token where two are nearly tied.  Each differing prompt is run once more in
+    a fresh engine (no connector, no prefix caching, one request at a time): ``alone`` counts the
+    configuration's outputs equal to that batch-free reference.
+    """
+    from tutti.vllm.runner import launch
+    keys = sorted({k for run in runs for o in run["outputs"].values() for k in o["differ"]})
+    if not keys:
+        return
+    with open(os.path.join(model, "config.json")) as f:
+        prompts = prompts_by_key(meta, json.load(f))
+    res = launch(tmp, "recheck", dict(model=model, connector="none", prompts=[prompts[k] for k in keys],
+                                      max_tokens=meta["workload"]["max_tokens"], block_size=BLOCK,
+                                      max_model_len=meta["workload"]["doc_tokens"] + 512, concurrent=False,
+                                      prefix_caching=False, kv_cache_gib=1))
+    alone = dict(zip(keys, res["outputs"]))
+    for run in runs:
+        got = {r["config"]: {q["key"]: q["ids"] for x in r.get("rates", []) for q in x["requests"]} |
+               {q["key"]: q["ids"] for q in r.get("cold", [])} for r in run["records"]}
+        for name, o in run["outputs"].items():
+            o["alone"] = {k: {"alone": alone[k], "config": got[name][k], "none": got["none"][k]}
+                          for k in o["differ"]}
+
+
 def main(argv=None):
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -306,6 +344,10 @@ def main(argv=None):
                 work = os.path.join(tmp, f"run{run}", name)
                 records.append(run_config(name, ctx, work))
             runs.append({"records": records, "outputs": compare_outputs(records)})
+            meta_w = {"workload": {k: getattr(args, k) for k in ("docs", "questions", "doc_tokens",
+                                                                  "question_tokens", "cold", "max_tokens",
+                                                                  "seed")}, "rates": ctx.get("rates") or []}
+            recheck_outputs(meta_w, runs[-1:], ctx["model"], os.path.join(tmp, f"run{run}"))
             if args.workdir is None:  # stores and logs of one run can be large
                 shutil.rmtree(os.path.join(tmp, f"run{run}"), ignore_errors=True)
     finally:

@@ -74,17 +74,24 @@ def test_highest_rate_at_the_slo():
     assert workload.max_rate_meeting_slo({1: at(2.0), 2: at(0.5)}, 1.0) == (None, "below")
     # A rate counts only when every lower rate met the SLO too (no lucky point past the knee).
     assert workload.max_rate_meeting_slo({1: at(0.5), 2: at(5.0), 3: at(0.5)}, 1.0) == (1, "exact")
+    assert workload.max_rate_meeting_slo({1: {"p_slo": 9, "p50": 0.5}}, 1.0, "p50") == (1, "at least")
     assert workload.rate_ratio((4, "exact"), (2, "exact")) == "2.00"
     assert workload.rate_ratio((4, "at least"), (2, "exact")) == "≥ 2.00"
     assert workload.rate_ratio((None, "below"), (2, "exact")) == "—"
 
 
-def test_error_reason_is_the_last_exception_line():
-    log = ("INFO starting\nTraceback (most recent call last):\n  File x\n"
-           "(EngineCore pid=1) Exception: CPU Offloading is currently only supported on CUDA-alike and XPU GPUs\n"
-           "RuntimeError: Engine core initialization failed. See root cause above.\n")
-    assert serve.error_reason(log) == "RuntimeError: Engine core initialization failed. See root cause above."
-    assert serve.error_reason("(EngineCore pid=1) Exception: boom\n").endswith("Exception: boom")
+def test_error_reason_is_the_root_cause_line():
+    log = ("(APIServer pid=1) WARNING 12-01 [system_utils.py:255] Found ulimit ... like `OSError: [Errno 24] Too "
+           "many open files`. Consider increasing\n"
+           "Traceback (most recent call last):\n  File x\n"
+           "(EngineCore pid=1) ERROR 12-01 22:58:14 [core.py:1234] Exception: CPU Offloading is currently only "
+           "supported on CUDA-alike and XPU GPUs\n"
+           "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+           "  warnings.warn('resource_tracker: There appear to be %d '\n")
+    assert serve.error_reason(log) == ("Exception: CPU Offloading is currently only supported on CUDA-alike "
+                                       "and XPU GPUs")
+    assert serve.error_reason("(Worker pid=3) ERROR [x.py:1] RuntimeError: shape mismatch: a\n") == \
+        "RuntimeError: shape mismatch: a"
     assert serve.error_reason("just text\n") == "just text"
 
 
@@ -136,10 +143,11 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
     text = render(meta, runs, "T")
     assert "did not run**: `Exception: CPU Offloading" in text  # no failed_when recorded
     assert "| TuttiConnector (disk) | 1.020 | 1.020 |" in text
-    assert "| TuttiConnector (disk) | ≥ 2.000 | ≥ 2.00 | 0 of 9 (differ:" in text
-    assert "| no connector (vLLM prefix caching) | 1.000 | — | — |" in text
+    assert "| TuttiConnector (disk) | ≥ 2.000 | ≥ 2.00 | ≥ 2.000 | ≥ 2.00 | 0 of 9 (differ:" in text
+    assert "| no connector (vLLM prefix caching) | 1.000 | — | 60.000 |" in text
     assert "| TuttiConnector (disk): cold TTFT ≤ 1.05 × no connector | 1.020 | yes |" in text
-    assert "| TuttiConnector (disk): highest rate at the SLO ≥ 2 × no connector | ≥ 2.00 | yes |" in text
+    assert "| TuttiConnector (disk): highest rate at the SLO (p90) ≥ 2 × no connector | ≥ 2.00 | yes |" in text
+    assert "| TuttiConnector (disk): highest rate at the SLO (p50) ≥ 2 × no connector | ≥ 2.00 | yes |" in text
     assert "| TuttiConnector (disk): outputs identical to no connector | 0 of 9 | **no** |" in text
     assert "save of one document ≥ 30 % of the no-connector cold TTFT | 47 % | yes |" in text
 

@@ -25,17 +25,20 @@ class ServerFailed(RuntimeError):
         self.msg, self.reason, self.log_path = msg, reason, log_path
 
 
-_ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w*(?:Error|Exception)):\s*(.+)$")
+_ERROR_LINE = re.compile(r"(?:^|[\s\]])(?:[\w.]+\.)?(\w*(?:Error|Exception)):\s*(.+)$")
 
 
 def error_reason(log_text):
-    """The last ``SomeError: message`` line of a log (the exception that ended the process)."""
-    found = None
+    """The root cause of a dead server: the first ``SomeError: message`` of its log that is not a
+    warning (vLLM logs the worker's exception first, then the wrappers "Engine core initialization
+    failed. See root cause above." and the like); else the log's last line."""
     for line in log_text.splitlines():
-        m = _ERROR_LINE.match(line)
+        if "WARNING" in line or "warn" in line:
+            continue
+        m = _ERROR_LINE.search(line)
         if m:
-            found = f"{m.group(1)}: {m.group(2).strip()}"
-    return found or (log_text.strip().splitlines() or ["(empty log)"])[-1][-300:]
+            return f"{m.group(1)}: {m.group(2).strip()}"[:400]
+    return (log_text.strip().splitlines() or ["(empty log)"])[-1][-300:]
 
 
 def free_port():

@@ -84,23 +84,24 @@ def summarize(ttfts, quantile=0.9):
             "max": float(xs.max())}
 
 
-def slo_met(summary, slo_s):
-    return summary["p_slo"] <= slo_s
+def slo_met(summary, slo_s, key="p_slo"):
+    return summary[key] <= slo_s
 
 
-def max_rate_meeting_slo(per_rate, slo_s):
+def max_rate_meeting_slo(per_rate, slo_s, key="p_slo"):
     """The highest swept rate at which the SLO holds, and at every lower swept rate too.
 
     ``per_rate``: {rate: summarize(...)}.  Returns (rate or None, "exact" | "at least" | "below"):
     "at least" when the SLO held at every rate swept (the true maximum may be higher), "below"
-    (rate None) when it failed already at the lowest one.
+    (rate None) when it failed already at the lowest one.  ``key``: which quantile of the
+    summaries the SLO bounds (default the configured one, ``p_slo``; "p50" for the median).
     """
     rates = sorted(per_rate)
     if not rates:
         raise ValueError("no rates")
     best = None
     for r in rates:
-        if not slo_met(per_rate[r], slo_s):
+        if not slo_met(per_rate[r], slo_s, key):
             break
         best = r
     if best is None:
