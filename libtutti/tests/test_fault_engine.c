@@ -89,7 +89,13 @@ static void run_rate(struct tt_engine *e, const char *name)
 	t0 = now_s();
 	tt_engine_submit(e, &b);
 	tt_engine_submit(e, &b2);
-	tap_ok(!tt_engine_done(e, &b), "[%s] rate: not done right after submit", name);
+	{
+		int done = tt_engine_done(e, &b);
+
+		dt = now_s() - t0;	/* a busy machine may deschedule us past the due time */
+		tap_ok(!done || dt >= one * 0.999, "[%s] rate: not done before its time (%s at %.1f ms)",
+		       name, done ? "done" : "pending", dt * 1e3);
+	}
 	tap_eq(tt_engine_wait(e, &b2) | tt_engine_wait(e, &b), 0, "[%s] rate: both complete", name);
 	dt = now_s() - t0;
 	tap_ok(dt >= 2 * one * 0.999, "[%s] rate: two batches queue: %.1f ms (>= %.1f)", name,
