@@ -21,8 +21,9 @@ KV cache is sized (--kv-cache-mib) so the documents of one rate hold several tim
 than it does.  TTFT is measured by the client (streaming): send → first token.  Outputs
 (greedy, --max-tokens) are compared with the no-connector run's, request by request.
 
-    python benchmarks/serving.py            # the full run (~25-30 min on 2 cores)
+    python benchmarks/serving.py            # the full run (37 min on 2 busy cores, load 11-13)
     python benchmarks/serving.py --quick    # smoke test: none and tutti, a small sweep (~5 min)
+    python benchmarks/serving.py --render benchmarks/serving_cpu.json   # re-write the section only
 
 Writes benchmarks/serving_cpu.json (raw) and the section TITLE of docs/benchmarks.md.
 """
@@ -240,7 +241,7 @@ def build_context(args, tmp):
     stored_docs = args.cold + n_rates * args.docs
     ctx = dict(args=args, model=model, model_config=mc, kv_per_token=per_token, doc_bytes=doc_bytes,
                kv_cache_bytes=kv_cache, max_model_len=prompt_tokens + args.max_tokens + BLOCK,
-               # a whole prompt in one step (no chunked prefill: ExampleConnector mis-loads chunks)
+               # a whole prompt in one step, in every configuration (no chunked prefill)
                max_batched=max(2048, prompt_tokens + args.max_tokens + BLOCK),
                capacity=((stored_docs * doc_bytes * 3 // 2 + (64 << 20)) >> 20) << 20,
                warmup=workload.document_requests("warmup", docs=2, **dict(common, questions=1)),
