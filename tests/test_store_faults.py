@@ -171,3 +171,24 @@ def test_full_filesystem_says_enospc_and_recovers_by_evicting(small_tmpfs, tiny_
     with Store.open([path], engine=engine) as s:
         res = s.check()
         assert res["bad"] == 0 and res["bad_records"] == 0 and res["unreadable"] == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_rate_rule_slows_writes_only_and_keeps_bytes_exact(make_store, engine):
+    """``rate:write:mbps=N`` (the serving benchmark's throttled store) holds a store's writes to N MB/s
+    at most and changes no byte; ``rate:read`` does the same to reads."""
+    import time
+    paths = make_store(n_slots=8)
+    with Store.open(paths, engine=engine) as s:
+        s.set_faults("rate:write:mbps=2")
+        data = [value(f"k{i}", s.block_bytes) for i in range(4)]
+        t0 = time.perf_counter()
+        for i, d in enumerate(data):
+            s.put(f"k{i}", d)
+        took = time.perf_counter() - t0
+        assert took >= 4 * s.block_bytes / 2e6, (took, s.block_bytes)
+        assert [s.get(f"k{i}") for i in range(4)] == data
+        s.set_faults("rate:read:mbps=1")  # reads too, once asked for
+        t0 = time.perf_counter()
+        assert s.get("k0") == data[0]
+        assert time.perf_counter() - t0 >= s.block_bytes / 1e6

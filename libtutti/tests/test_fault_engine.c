@@ -5,12 +5,15 @@
  * handed over and still completes through wait, a failed io moves nothing
  * and leaves garbage in a read's memory, a torn write persists exactly its
  * prefix, a delayed batch completes late, a failed flush fails, a full
- * filesystem refuses writes into holes; rules count and stop as told, the
- * text form parses, and without rules the engine is a plain pass-through.
+ * filesystem refuses writes into holes, a rate rule holds writes back to
+ * its rate (batches queue behind each other) and moves them bit-exact;
+ * rules count and stop as told, the text form parses, and without rules
+ * the engine is a plain pass-through.
  */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tutti/tutti.h"
@@ -51,6 +54,56 @@ static int arm(struct tt_engine *e, const char *spec)
 	int n = tt_fault_parse(spec, r, 8);
 
 	return n < 0 ? n : tt_engine_fault_arm(e, r, (unsigned)n);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * rate: at 4 MB/s a batch of N objects (64 KiB) takes >= 16 ms, two batches
+ * submitted together >= 32 ms (one pipe); only a lower bound is asserted
+ * (the device's own time comes on top).  Reads are not held back.
+ */
+static void run_rate(struct tt_engine *e, const char *name)
+{
+	const double one = N * 2.0 * OBJ / 4e6;
+	struct tt_io ios[N], ios2[N];
+	struct tt_batch b = { .ios = ios, .n = N }, b2 = { .ios = ios2, .n = N };
+	double t0, dt;
+	int sr;
+
+	tap_eq(arm(e, "rate:write:mbps=4"), 0, "[%s] arm rate", name);
+	fill_src(5);
+	t0 = now_s();
+	tap_eq(run_batch(e, TT_OP_WRITE, src, ios, &sr), 0, "[%s] rate: write completes", name);
+	dt = now_s() - t0;
+	tap_ok(dt >= one * 0.999, "[%s] rate: one batch took %.1f ms (>= %.1f)", name, dt * 1e3,
+	       one * 1e3);
+	batch_of(ios, TT_OP_WRITE, src);
+	batch_of(ios2, TT_OP_WRITE, src);
+	t0 = now_s();
+	tt_engine_submit(e, &b);
+	tt_engine_submit(e, &b2);
+	{
+		int done = tt_engine_done(e, &b);
+
+		dt = now_s() - t0;	/* a busy machine may deschedule us past the due time */
+		tap_ok(!done || dt >= one * 0.999, "[%s] rate: not done before its time (%s at %.1f ms)",
+		       name, done ? "done" : "pending", dt * 1e3);
+	}
+	tap_eq(tt_engine_wait(e, &b2) | tt_engine_wait(e, &b), 0, "[%s] rate: both complete", name);
+	dt = now_s() - t0;
+	tap_ok(dt >= 2 * one * 0.999, "[%s] rate: two batches queue: %.1f ms (>= %.1f)", name,
+	       dt * 1e3, 2 * one * 1e3);
+	memset(dst, 0, N * 2 * OBJ);
+	tap_eq(run_batch(e, TT_OP_READ, dst, ios, &sr), 0, "[%s] rate: read back", name);
+	tap_ok(!memcmp(src, dst, N * 2 * OBJ), "[%s] rate: bit-exact", name);
+	arm(e, "");
 }
 
 /* Write everything cleanly (rules disarmed), so reads have known content. */
@@ -196,6 +249,7 @@ static void run(const char *inner, int fd)
 	for (unsigned i = 0; i < N; i++)
 		ok &= ios[i].res == -EIO;
 	tap_ok(ok, "[%s] count=0: and every later one", name);
+	run_rate(e, name);
 	tt_engine_close(e);
 }
 
@@ -244,6 +298,11 @@ static void test_parse(void)
 	       r[1].count == 1, "rule 1 parsed (defaults: any op, once)");
 	tap_ok(r[2].kind == TT_FAULT_FULL && r[2].arg == 4096 && r[2].count == 0,
 	       "rule 2 parsed (a full filesystem stays full)");
+	tap_eq(tt_fault_parse("rate:write:mbps=50", r, 4), 1, "parse a rate");
+	tap_ok(r[0].kind == TT_FAULT_RATE && r[0].op == TT_OP_WRITE && r[0].arg == 50 &&
+	       r[0].count == 0, "rate parsed (every io by default)");
+	tap_eq(tt_fault_parse("rate:write", r, 4), (unsigned long long)-EINVAL,
+	       "a rate without mbps: %s", tt_errmsg());
 	tap_eq(tt_fault_parse("", r, 4), 0, "empty: no rules");
 	tap_eq(tt_fault_parse("io:nth=x", r, 4), (unsigned long long)-EINVAL, "bad number: %s",
 	       tt_errmsg());
@@ -294,6 +353,14 @@ int main(void)
 	tap_eq(tt_engine_open("psync", &dfd, 1, NULL, &e), (unsigned long long)-EINVAL,
 	       "a bad TUTTI_FAULTS is refused: %s", tt_errmsg());
 	unsetenv("TUTTI_FAULTS");
+	{
+		struct tt_fault bad = { .kind = TT_FAULT_RATE, .op = TT_FAULT_ANY_OP };
+
+		tap_eq(tt_engine_open("fault:psync", &dfd, 1, NULL, &e), 0, "fault:psync");
+		tap_eq(tt_engine_fault_arm(e, &bad, 1), (unsigned long long)-EINVAL,
+		       "a rate of 0 is refused: %s", tt_errmsg());
+		tt_engine_close(e);
+	}
 	free(src);
 	free(dst);
 	unlink(path);

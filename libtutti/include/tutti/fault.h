@@ -31,13 +31,20 @@
  *   FULL    the filesystem is full: a write that touches a hole of a sparse
  *           member file (lseek SEEK_HOLE) fails with -ENOSPC once @arg more
  *           bytes have been allocated.
+ *   RATE    nothing fails, the device is slow: the ios it fires on move at
+ *           @arg MB/s (10^6 bytes per second) at most, as through one pipe
+ *           that serves batches in submission order; a batch completes no
+ *           earlier than that pipe would finish it.  For tests and benchmarks
+ *           that need a slow store ("rate:write:mbps=50": a write-throttled
+ *           disk); not reported as hits.
  *
  * Text form (TUTTI_FAULTS, tt_fault_parse()): rules separated by ';', each
  * "KIND[:OPTION]..." with KIND submit, io, short, delay, flush or full and
  * options read | write (default: both), nth=N, count=N (default 1; 0 means
  * every event from nth on), err=EIO|ENOSPC|EAGAIN|ETIMEDOUT|ENODEV|N, and
  * the kind's @arg as after=N (submit), keep=N (short), reaps=N (delay) or
- * free=N (full).  Example: "io:write:nth=3:err=ENOSPC;submit:read:after=2".
+ * free=N (full) or mbps=N (rate; count defaults to 0 for full and rate).
+ * Example: "io:write:nth=3:err=ENOSPC;submit:read:after=2".
  */
 #ifndef TUTTI_FAULT_H
 #define TUTTI_FAULT_H
@@ -61,6 +68,7 @@ enum tt_fault_kind {
 	TT_FAULT_DELAY = 4,
 	TT_FAULT_FLUSH = 5,
 	TT_FAULT_FULL = 6,
+	TT_FAULT_RATE = 7,
 };
 
 #define TT_FAULT_ANY_OP		0xffu	/* tt_fault.op: reads and writes */
@@ -70,7 +78,7 @@ struct tt_fault {
 	uint32_t kind;		/* enum tt_fault_kind */
 	uint32_t op;		/* TT_OP_READ, TT_OP_WRITE or TT_FAULT_ANY_OP */
 	int32_t err;		/* negative errno it fails with; 0: -EIO */
-	uint32_t arg;		/* after / keep / reaps / free, by kind */
+	uint32_t arg;		/* after / keep / reaps / free / mbps, by kind */
 	uint64_t nth;		/* first matching event it fires on (from 0) */
 	uint64_t count;		/* events it fires on; 0: all from nth on */
 };

@@ -7,11 +7,14 @@
  * write is cut short); when the shadow completes, the rules' verdicts and
  * the device's results are written back into the caller's ios.  The caller
  * sees one outstanding request per batch, so tt_engine_wait() works as with
- * any engine, and a delayed batch simply completes some reaps later.
+ * any engine, and a delayed batch simply completes some reaps later.  A
+ * RATE rule gives a shadow a due time (the engine's emulated pipe, one
+ * batch after the other), and the shadow completes no earlier.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tutti/error.h"
@@ -36,6 +39,7 @@ struct shadow {
 	uint32_t *keep;		/* per outer io: bytes that really moved, if forced */
 	int32_t submit_err;	/* the inner engine refused the shadow */
 	uint32_t delay;		/* reaps left once the device is done */
+	uint64_t due_ns;	/* RATE: not complete before (CLOCK_MONOTONIC); 0: none */
 	struct shadow *next;
 };
 
@@ -46,6 +50,7 @@ struct fault {
 	struct fault_rule rules[TT_FAULT_MAX_RULES];
 	unsigned n_rules;
 	int64_t full_left;		/* FULL: bytes that may still be allocated */
+	uint64_t pipe_free_ns;		/* RATE: when the emulated pipe is idle again */
 	struct shadow *live;
 	struct tt_fault_hit hits[FAULT_MAX_HITS];
 	unsigned n_hits;
@@ -128,7 +133,8 @@ static const struct tt_fault *io_verdict(struct tt_engine *e, struct fault *f,
 		struct fault_rule *r = &f->rules[k];
 		unsigned kind = r->f.kind;
 
-		if (kind == TT_FAULT_SUBMIT || kind == TT_FAULT_FLUSH || !rule_matches(r, kind, io->op))
+		if (kind == TT_FAULT_SUBMIT || kind == TT_FAULT_FLUSH || kind == TT_FAULT_RATE ||
+		    !rule_matches(r, kind, io->op))
 			continue;
 		if (kind == TT_FAULT_FULL && !full_refuses(e, f, io))
 			continue;
@@ -150,6 +156,63 @@ static const struct tt_fault *submit_verdict(struct fault *f, const struct tt_ba
 			won = &r->f;
 	}
 	return won;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* RATE: nanoseconds the pipe needs for io @io (0: no RATE rule fires on it). */
+static uint64_t rate_cost_ns(struct fault *f, const struct tt_io *io)
+{
+	uint64_t ns = 0;
+
+	for (unsigned k = 0; k < f->n_rules; k++) {
+		struct fault_rule *r = &f->rules[k];
+
+		/* @arg MB/s = @arg / 1000 bytes per nanosecond */
+		if (rule_matches(r, TT_FAULT_RATE, io->op) && rule_fires(r))
+			ns += (uint64_t)io->len * 1000u / r->f.arg;
+	}
+	return ns;
+}
+
+/* RATE: the shadow's ios queue behind what the pipe already holds. */
+static void rate_schedule(struct fault *f, struct shadow *sh, uint64_t cost_ns)
+{
+	uint64_t start = now_ns();
+
+	if (!cost_ns)
+		return;
+	if (f->pipe_free_ns > start)
+		start = f->pipe_free_ns;
+	sh->due_ns = start + cost_ns;
+	f->pipe_free_ns = sh->due_ns;
+}
+
+/* RATE: the earliest due time of a shadow the device is done with; 0: none waits. */
+static uint64_t rate_next_due(const struct fault *f)
+{
+	uint64_t due = 0;
+
+	for (const struct shadow *sh = f->live; sh; sh = sh->next)
+		if (!sh->in.inflight && sh->due_ns && (!due || sh->due_ns < due))
+			due = sh->due_ns;
+	return due;
+}
+
+/* Sleep until @due_ns (CLOCK_MONOTONIC); bounded by the rate rule that set it. */
+static void sleep_until(uint64_t due_ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(due_ns / 1000000000u),
+			       .tv_nsec = (long)(due_ns % 1000000000u) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
 }
 
 static void shadow_free(struct shadow *sh)
@@ -230,6 +293,7 @@ static int fault_submit(struct tt_engine *e, struct tt_batch *b)
 	const struct tt_fault *sr = submit_verdict(f, b);
 	uint32_t handed = sr ? TT_MIN(sr->arg, b->n) : b->n;
 	struct shadow *sh = shadow_new(b);
+	uint64_t cost_ns = 0;
 	int ret;
 
 	if (!sh)
@@ -241,6 +305,9 @@ static int fault_submit(struct tt_engine *e, struct tt_batch *b)
 		}
 		sh->forced[i] = rule_err(sr);
 	}
+	for (uint32_t j = 0; j < sh->in.n; j++)
+		cost_ns += rate_cost_ns(f, &sh->in.ios[j]);
+	rate_schedule(f, sh, cost_ns);
 	/* The whole batch failed for its caller, moved or not. */
 	for (uint32_t i = 0; sr && i < b->n; i++)
 		note_hit(f, sr, &b->ios[i], rule_err(sr));
@@ -288,17 +355,21 @@ static void shadow_complete(struct fault *f, struct shadow *sh)
 	(void)f;
 }
 
-/* Complete every shadow whose device part is done and whose delay ran out. */
+/*
+ * Complete every shadow whose device part is done, whose delay ran out and
+ * whose due time (RATE) has passed.
+ */
 static int reap_ready(struct fault *f)
 {
 	struct shadow **pp = &f->live;
+	uint64_t now = now_ns();
 	int done = 0;
 
 	while (*pp) {
 		struct shadow *sh = *pp;
 
-		if (sh->in.inflight || sh->delay) {
-			if (!sh->in.inflight)
+		if (sh->in.inflight || sh->delay || sh->due_ns > now) {
+			if (!sh->in.inflight && sh->delay)
 				sh->delay--;
 			pp = &sh->next;
 			continue;
@@ -323,11 +394,15 @@ static int fault_reap(struct tt_engine *e, int wait)
 {
 	struct fault *f = e->priv;
 	int done = reap_ready(f), ret = 0;
+	uint64_t due;
 
 	if (!done && inner_busy(f)) {
 		ret = f->inner->ops->reap(f->inner, wait);
 		if (ret >= 0)
 			done = reap_ready(f);
+	} else if (!done && wait && (due = rate_next_due(f))) {
+		sleep_until(due);
+		done = reap_ready(f);
 	}
 	e->st = f->inner->st;
 	return ret < 0 ? ret : done;
@@ -438,7 +513,11 @@ int tt_fault_engine_open(const char *name, const int *fds, unsigned n,
 	e->n_members = n;
 	e->p = f->inner->p;
 	e->priv = f;
-	tt_engine_fault_arm(e, rules, (unsigned)n_rules);
+	ret = tt_engine_fault_arm(e, rules, (unsigned)n_rules);
+	if (ret) {
+		tt_engine_close(e);
+		return ret;
+	}
 	*out = e;
 	return 0;
 }
@@ -453,14 +532,17 @@ int tt_engine_fault_arm(struct tt_engine *e, const struct tt_fault *rules, unsig
 	if (n > TT_FAULT_MAX_RULES)
 		return tt_seterr(-EINVAL, "%u fault rules (at most %u)", n, TT_FAULT_MAX_RULES);
 	for (unsigned k = 0; k < n; k++) {
-		if (rules[k].kind < TT_FAULT_SUBMIT || rules[k].kind > TT_FAULT_FULL)
+		if (rules[k].kind < TT_FAULT_SUBMIT || rules[k].kind > TT_FAULT_RATE)
 			return tt_seterr(-EINVAL, "fault rule %u: unknown kind %u", k,
 					 rules[k].kind);
+		if (rules[k].kind == TT_FAULT_RATE && !rules[k].arg)
+			return tt_seterr(-EINVAL, "fault rule %u: a rate needs mbps > 0", k);
 		if (rules[k].err > 0)
 			return tt_seterr(-EINVAL, "fault rule %u: err must be a negative errno", k);
 	}
 	f->n_rules = n;
 	f->full_left = 0;
+	f->pipe_free_ns = 0;
 	for (unsigned k = 0; k < n; k++) {
 		f->rules[k].f = rules[k];
 		f->rules[k].seen = 0;
@@ -491,6 +573,7 @@ int tt_engine_fault_hits(struct tt_engine *e, struct tt_fault_hit *hits, unsigne
 static const struct { const char *name; unsigned kind; } fault_kinds[] = {
 	{ "submit", TT_FAULT_SUBMIT }, { "io", TT_FAULT_IO }, { "short", TT_FAULT_SHORT },
 	{ "delay", TT_FAULT_DELAY }, { "flush", TT_FAULT_FLUSH }, { "full", TT_FAULT_FULL },
+	{ "rate", TT_FAULT_RATE },
 };
 
 static const struct { const char *name; int err; } fault_errs[] = {
@@ -554,7 +637,8 @@ static int parse_option(struct tt_fault *r, const char *opt)
 	else if ((klen == 5 && !strncmp(opt, "after", 5) && r->kind == TT_FAULT_SUBMIT) ||
 		 (klen == 4 && !strncmp(opt, "keep", 4) && r->kind == TT_FAULT_SHORT) ||
 		 (klen == 5 && !strncmp(opt, "reaps", 5) && r->kind == TT_FAULT_DELAY) ||
-		 (klen == 4 && !strncmp(opt, "free", 4) && r->kind == TT_FAULT_FULL))
+		 (klen == 4 && !strncmp(opt, "free", 4) && r->kind == TT_FAULT_FULL) ||
+		 (klen == 4 && !strncmp(opt, "mbps", 4) && r->kind == TT_FAULT_RATE))
 		r->arg = (uint32_t)v;
 	else
 		return -1;
@@ -574,12 +658,14 @@ static int parse_rule(char *text, struct tt_fault *r)
 			r->kind = fault_kinds[i].kind;
 	if (!r->kind)
 		return tt_seterr(-EINVAL, "fault rule '%s': unknown kind (submit, io, short, "
-				 "delay, flush, full)", tok ? tok : "");
-	if (r->kind == TT_FAULT_FULL)
-		r->count = 0;	/* a full filesystem stays full */
+				 "delay, flush, full, rate)", tok ? tok : "");
+	if (r->kind == TT_FAULT_FULL || r->kind == TT_FAULT_RATE)
+		r->count = 0;	/* a full filesystem stays full, a slow device slow */
 	while ((tok = strtok_r(NULL, ":", &save)))
 		if (parse_option(r, tok))
 			return tt_seterr(-EINVAL, "fault rule option '%s' not understood", tok);
+	if (r->kind == TT_FAULT_RATE && !r->arg)
+		return tt_seterr(-EINVAL, "fault rule 'rate' needs mbps=N (N > 0)");
 	return 0;
 }
 
