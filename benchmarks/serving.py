@@ -39,8 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tutti.bench import cpu_model, replace_section
-from tutti.bench import serve, workload
+from tutti.bench import cpu_model, replace_section, serve, workload
 from tutti.bench.serving_report import render
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,6 +12,11 @@ LABELS = {
 }
 
 
+
+def _save_share(meta: dict) -> float:
+    """One document's throttled save as a percentage of the no-connector cold TTFT."""
+    return meta["doc_bytes"] / (meta["throttle_mbps"] or 1) / 1e6 / meta["reference_cold_s"] * 100
+
 def _med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -116,8 +121,8 @@ def render(meta, runs, title):
              f"Throttled store: `TUTTI_FAULTS=rate:write:mbps={meta['throttle_mbps']}` (libtutti's fault "
              "engine paces every write through one emulated pipe at that rate; reads untouched) — one "
              f"document's save takes {meta['doc_bytes'] / (meta['throttle_mbps'] or 1) / 1e6 * 1e3:.0f} ms "
-             "there" + (f", {meta['doc_bytes'] / (meta['throttle_mbps'] or 1) / 1e6 / meta['reference_cold_s'] * 100:.0f} % "
-                        "of the no-connector cold TTFT" if meta.get("reference_cold_s") else "") + ".",
+             "there" + (f", {_save_share(meta):.0f} % of the no-connector cold TTFT"
+                        if meta.get("reference_cold_s") else "") + ".",
              f"- Runs: {w['runs']}" + (" (medians over runs)" if w["runs"] > 1 else "") + ".", ""]
     # Failed configurations: the reason instead of numbers.
     for name, recs in cfgs.items():
@@ -144,7 +149,7 @@ def render(meta, runs, title):
               "|---|" + "---|" * len(live)]
     for i, rate in enumerate(rates):
         cells = []
-        for name, recs in live.items():
+        for recs in live.values():
             ok = [r for r in recs if "failed" not in r and i < len(r["rates"])]
             p50 = _med([r["rates"][i]["summary"]["p50"] for r in ok])
             p99 = _med([r["rates"][i]["summary"]["p99"] for r in ok])
