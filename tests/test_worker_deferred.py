@@ -283,3 +283,34 @@ def test_save_mode_is_validated(bad):
         TuttiConfig.from_extra({"save_mode": bad})
     with pytest.raises(ConfigError, match="shutdown_drain_s"):
         TuttiConfig.from_extra({"shutdown_drain_s": -1})
+
+
+def test_scheduler_holds_a_finished_request_only_while_a_save_may_be_pending(tmp_path):
+    """request_finished returns True (vLLM keeps the blocks) when the request's last save was
+    offered after the step the workers last reported drained; the next metadata names it held;
+    finished_sending releases it.  With save_mode step it never holds."""
+    from types import SimpleNamespace as NS
+
+    from test_scheduler_taint import Req, new, output, scheduler
+    from tutti.vllm.metadata import TuttiWorkerMeta
+    from tutti.vllm.scheduler import _ReqState
+    s = scheduler(tmp_path)
+    r = Req("R", 4)
+    s.reqs["R"] = _ReqState(r)
+    m1 = s.build_connector_meta(output([new("R", [10, 11, 12, 13], 0)], sched={"R": 65}))
+    assert [t.req_id for t in m1.saves] == ["R"]
+    assert s.request_finished(r) == (True, None) and s.is_holding()
+    m2 = s.build_connector_meta(output(finished=["R"]))
+    assert m2.held == ["R"]
+    s.update_connector_output(NS(finished_sending={"R"}, kv_connector_worker_meta=None))
+    assert not s.is_holding()
+    # Saved in step 3; the workers report everything up to step 3 drained: freed at once.
+    q = Req("Q", 4)
+    s.reqs["Q"] = _ReqState(q)
+    s.build_connector_meta(output([new("Q", [20, 21, 22, 23], 0)], sched={"Q": 65}))
+    s.update_connector_output(NS(kv_connector_worker_meta=TuttiWorkerMeta(drained=[(0, 3)])))
+    assert s.request_finished(q) == (False, None)
+    s.deferred = False  # save_mode step
+    s.reqs["R"] = _ReqState(r)
+    s.build_connector_meta(output([new("R", [10, 11, 12, 13], 0)], sched={"R": 65}))
+    assert s.request_finished(r) == (False, None)

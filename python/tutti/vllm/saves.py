@@ -36,8 +36,8 @@ keys of blocks the scheduler has since found bad (``TuttiMetadata.bad_blocks``, 
 vetoed.  A crash at any point leaves every key exact or absent: a pending save is an open write
 transaction, committed by the same protocol as in ``step`` mode.
 
-TP: every rank keeps the same list of pending saves (each step's save list, without keys already
-pending; sizes, the bound and drops depend only on it), so the decision points are the same on
+TP: every rank keeps the same list of pending saves (each step's save list; sizes, the bound and
+drops depend only on it), so the decision points are the same on
 every rank.  At each ``wait_for_save`` with pending saves from earlier steps, the ranks agree
 (all-reduce MIN over ``tutti.tp.agree``) which of them is ready everywhere, and each rank commits
 the ready ones in order, each through ``tutti.tp.commit`` (a rank whose save was void abstains:
@@ -54,10 +54,9 @@ from .metadata import SlotEvent
 log = logging.getLogger("vllm.tutti")
 
 
-def save_list(meta, skip=()):
-    """The step's blocks to save, each key once, in the same order on every rank; ``skip``: keys a
-    pending save already holds."""
-    keys, ids, seen = [], [], set(skip)
+def save_list(meta):
+    """The step's blocks to save, each key once, in the same order on every rank."""
+    keys, ids, seen = [], [], set()
     for t in meta.saves:
         for k, b in zip(t.keys, t.block_ids):
             if k not in seen:
@@ -78,12 +77,13 @@ class Save:
     goes out (beginning it may write the slot table: emptied victims).
     """
 
-    def __init__(self, keys, ids, common, transfers, step, meta_step, block_bytes):
+    def __init__(self, keys, ids, common, transfers, step, meta_step, nbytes):
         self.keys, self.ids, self.common = keys, ids, common
         self.transfers = list(transfers)
         self.req_ids = {t.req_id for t in transfers}
         self.step, self.meta_step = step, meta_step
-        self.bytes = len(common) * block_bytes   # planned: the same on every rank
+        self.bytes = nbytes   # planned: the same on every rank
+        self.planned = len(common)  # blocks it may pin (set by the worker: the slot cap)
         self.txn = None
         self.t0 = None
         self.busy_s = 0.0
@@ -106,7 +106,6 @@ class SavesMixin:
         self._deferred = cfg.save_mode == "deferred"
         self._save = None           # this step's Save (None: not begun)
         self._fifo = deque()        # pending saves (deferred mode), oldest first
-        self._pending_keys = set()  # common keys of pending saves
         self._steps = 0             # wait_for_save calls: the same count on every rank
         self._held = set()          # finished requests waiting for their pending saves
         self._drained_sent = None
@@ -152,18 +151,23 @@ class SavesMixin:
         self._issue(sv)
 
     def _new_save(self, meta):
-        common, cids = save_list(meta, self._pending_keys)
+        # A key may also be in a pending save of an earlier step (offered again before that one
+        # was committed): both are written, the later commit finds it stored and keeps the first.
+        common, cids = save_list(meta)
         # A transaction pins its slots: never ask for more than the store can give.
-        # Earlier blocks first: a block is useful only after its whole prefix.
-        pinned = sum(len(e.common) for e in self._fifo)
-        cap = self.store.geometry.n_slots - (len(self._load.slots) if self._load else 0) - pinned
-        cap = max(cap, 0)
+        # Earlier blocks first: a block is useful only after its whole prefix.  ``planned``
+        # (the same on every rank) is what the pending-bytes bound counts.
+        room = max(self.store.geometry.n_slots - sum(e.planned for e in self._fifo), 0)
+        planned = min(room, len(common))
+        cap = min(planned, max(room - (len(self._load.slots) if self._load else 0), 0))
         keys, ids = common[:cap], cids[:cap]
         if len(common) > cap:
             self.stats.add(save_errors=len(common) - cap)
         step = getattr(meta, "step", 0)
-        return Save(keys[::-1], ids[::-1], common, meta.saves, self._steps + 1, step,
-                    self.layout.block_bytes)
+        sv = Save(keys[::-1], ids[::-1], common, meta.saves, self._steps + 1, step,
+                  planned * self.layout.block_bytes)
+        sv.planned = planned
+        return sv
 
     def _issue_writes(self, block=False):
         """The current step's queued writes (called when the step's reads are over)."""
@@ -253,7 +257,6 @@ class SavesMixin:
             return
         if sv is not None:
             self._fifo.append(sv)
-            self._pending_keys.update(sv.common)
         self._commit_ready()
         self._drain(self.cfg.drain_bytes_per_step)
         self._bound()
@@ -279,7 +282,6 @@ class SavesMixin:
             if not ok:
                 break
             self._fifo.popleft()
-            self._pending_keys.difference_update(e.common)
             self._commit(e)
             e.data_out = True
 
@@ -304,7 +306,6 @@ class SavesMixin:
         while self._fifo and total > self._max_pending:
             e = self._fifo.popleft()
             total -= e.bytes
-            self._pending_keys.difference_update(e.common)
             if not e.void:
                 self.stats.add(save_dropped=len(e.keys))
                 log.warning("tutti: rank %d: %d pending blocks dropped (over max_pending_bytes=%d)",
@@ -353,13 +354,16 @@ class SavesMixin:
         sv.busy_s += time.perf_counter() - t
         dt = sv.busy_s if self._deferred else time.perf_counter() - sv.t0
         ok = 0
-        for k, s, p, rc in zip(keys, txn.slots, txn.present, status):
-            if p:  # already stored: make sure the scheduler knows where
-                self._events.append(SlotEvent(self.rank, s, k))
-                continue
-            if rc == 0:
-                ok += 1
-                self._events.append(SlotEvent(self.rank, s, k))
+        # Where each key is now: a key another pending save committed first kept that slot.
+        where = dict(zip(keys, txn.slots))
+        if self._deferred:
+            done = [k for k, rc in zip(keys, status) if rc == 0]
+            where.update(zip(done, self.store.lookup(done)))  # tail first, as committed
+        for k, p, rc in zip(keys, txn.present, status):
+            if p or rc == 0:  # (already stored: make sure the scheduler knows where)
+                ok += 0 if p else 1
+                if where[k] is not None:
+                    self._events.append(SlotEvent(self.rank, where[k], k))
         self.stats.add(save_blocks=ok, save_bytes=ok * self.layout.block_bytes, save_s=dt,
                        save_errors=sum(1 for k, p, rc in zip(keys, txn.present, status)
                                        if not p and rc and k not in sv.vetoed))
@@ -399,7 +403,6 @@ class SavesMixin:
             if not e.void:
                 n += len(e.keys)
             self._abort(e)
-        self._pending_keys.clear()
         if n:
             self.stats.add(save_dropped=n)
             log.warning("tutti: rank %d: %d pending blocks dropped (%s)", self.rank, n, why)
@@ -482,6 +485,5 @@ class SavesMixin:
                 if e.queued:
                     break
             self._fifo.popleft()
-            self._pending_keys.difference_update(e.common)
             self._commit(e)
         self._drop_all("shutdown: out of time (shutdown_drain_s)")
