@@ -15,7 +15,7 @@ import pytest
 from vllm_engine import BLOCK, run_engine, scheduler_stats, worker_stats
 
 
-@pytest.mark.parametrize("multiprocess", [False])  # True: one more minute; run by hand (docs/vllm.md)
+@pytest.mark.parametrize("multiprocess", [False])  # True passed by hand (docs/reliability.md): +3 min
 def test_request_finishing_while_its_save_is_pending(vtmp, model, vocab, prompts, multiprocess):
     rng = random.Random(5)
     other = [rng.randrange(3, vocab) for _ in range(4 * BLOCK + 3)]
