@@ -57,7 +57,8 @@ def run(args) -> dict:
     d = tempfile.mkdtemp(prefix="connector-load-", dir=args.dir)
     path = os.path.join(d, "kv.img")
     cfg = TuttiConfig.from_extra({"path": path, "capacity": str(block_bytes * (n + 8)),
-                                  "data_path": args.data_path, "lookahead_layers": args.lookahead})
+                                  "data_path": args.data_path, "lookahead_layers": args.lookahead,
+                                  "save_mode": "step"})  # the seed save is timed within its step
     shape = ModelShape(model_id="bench/llama-3-8b-shaped", dtype="bfloat16", n_layers=layers, kv_heads=heads,
                        head_dim=HEAD_DIM, block_size=BLOCK, tp_size=1)
     w = WorkerSide(cfg, shape, 0, TuttiStats())

@@ -29,9 +29,10 @@ def chain(tag, n):
     return [f"{tag}-block{b}".encode() for b in range(n)]
 
 
-def worker(path, capacity=None):
+def worker(path, capacity=None, save_mode="step"):
     extra = {"path": path, "capacity": capacity} if capacity else {"path": path, "create": False}
-    cfg = TuttiConfig.from_extra(extra)
+    # The default bound on pending saves is half the store (4 slots here): allow a whole chain.
+    cfg = TuttiConfig.from_extra(dict(extra, save_mode=save_mode, max_pending_bytes="1MiB"))
     shape = ModelShape(model_id="tests/eviction", dtype="float16", n_layers=N_LAYERS,
                        kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK, tp_size=1)
     w = WorkerSide(cfg, shape, 0, TuttiStats())
@@ -54,6 +55,11 @@ def step(w, kv, loads=(), saves=()):
     w.finish_save(meta)
     assert not w.take_load_errors()
     w.take_worker_meta()
+    if w._deferred:  # the next (empty) step commits what this one saved
+        empty = TuttiMetadata()
+        w.start_load(empty)
+        w.finish_save(empty)
+        w.take_worker_meta()
 
 
 def peek(w, keys):
@@ -66,9 +72,11 @@ def is_prefix(hits):
     return hits == sorted(hits, reverse=True)  # True... then False...
 
 
-def test_full_store_evicts_tails_first_and_keeps_it_across_a_restart(tmp_path):
+@pytest.mark.parametrize("save_mode", ["step", "deferred"])
+def test_full_store_evicts_tails_first_and_keeps_it_across_a_restart(tmp_path, save_mode):
     path = os.path.join(tmp_path, "kv.img")
-    w, kv = worker(path, capacity=str(SLOTS * N_LAYERS * KV_HEADS * BLOCK * 2 * HEAD_DIM * 2))
+    w, kv = worker(path, capacity=str(SLOTS * N_LAYERS * KV_HEADS * BLOCK * 2 * HEAD_DIM * 2),
+                   save_mode=save_mode)
     assert w.store.geometry.n_slots == SLOTS
     a, b, c, d = chain("a", 6), chain("b", 4), chain("c", 2), chain("d", 5)
     step(w, kv, saves=[(a, list(range(6)))])
@@ -83,7 +91,7 @@ def test_full_store_evicts_tails_first_and_keeps_it_across_a_restart(tmp_path):
     w.close()
 
     # Reopened: the LRU order is the commit order, which put heads last too.
-    w, kv = worker(path)
+    w, kv = worker(path, save_mode=save_mode)
     step(w, kv, saves=[(d, list(range(24, 29)))])
     assert peek(w, d) == [True] * 5
     for ch in (a, b, c):

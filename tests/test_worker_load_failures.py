@@ -73,7 +73,8 @@ def corrupt_block(path, store_geometry_slot_off):
 
 def forward(w, kv, meta, computed, wait_layers=range(N_LAYERS), errors_first=False):
     """One step as vLLM runs it; ``errors_first``: vLLM's deferred finalize (spec decode) asks
-    for the load errors before wait_for_save."""
+    for the load errors before wait_for_save.  With save_mode deferred an empty step follows
+    (the step's save is committed there at the earliest); its commits count as the step's."""
     ids, ref = computed
     w.start_load(meta)
     for l in range(N_LAYERS):
@@ -88,19 +89,27 @@ def forward(w, kv, meta, computed, wait_layers=range(N_LAYERS), errors_first=Fal
         w.finish_save(meta)
         errors = w.take_load_errors()
     wm = w.take_worker_meta()
-    committed = {ev.key for ev in (wm.events if wm else []) if ev.key} & set(
-        k for t in meta.saves for k in t.keys)
+    events = list(wm.events) if wm else []
+    if w._deferred:
+        empty = TuttiMetadata(step=meta.step, acked=dict(meta.acked))
+        w.start_load(empty)
+        w.finish_save(empty)
+        assert not w.take_load_errors()
+        more = w.take_worker_meta()
+        events += more.events if more else []
+    committed = {ev.key for ev in events if ev.key} & set(k for t in meta.saves for k in t.keys)
     return errors, committed, wm
 
 
 KINDS = ["missing", "checksum", "eio", "submit", "unwaited"]
 
 
-@pytest.mark.parametrize("policy", ["slack", "eager"])
+@pytest.mark.parametrize("policy,save_mode", [("slack", "step"), ("eager", "step"),
+                                              ("slack", "deferred")])
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_failed_load_poisons_no_save(tmp_path, kind, policy):
+def test_a_failed_load_poisons_no_save(tmp_path, kind, policy, save_mode):
     d = str(tmp_path)
-    w, kv, _, stats = make_worker(d, policy)
+    w, kv, _, stats = make_worker(d, policy, save_mode=save_mode)
     errors, committed, _ = forward(w, kv, TuttiMetadata(
         saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], step=1), (PREFIX_IDS, reference(1)))
     assert not errors and committed == set(keys("prefix"))
@@ -153,9 +162,10 @@ def test_a_failed_load_poisons_no_save(tmp_path, kind, policy):
             assert s.get(k) == reference(3)[:, b].contiguous().numpy().tobytes()
 
 
-def test_errors_asked_before_wait_for_save_still_fence(tmp_path):
+@pytest.mark.parametrize("save_mode", ["step", "deferred"])
+def test_errors_asked_before_wait_for_save_still_fence(tmp_path, save_mode):
     """vLLM's deferred finalize (a draft model) asks for the load errors before wait_for_save."""
-    w, kv, _, _ = make_worker(str(tmp_path), "slack")
+    w, kv, _, _ = make_worker(str(tmp_path), "slack", save_mode=save_mode)
     forward(w, kv, TuttiMetadata(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], step=1),
             (PREFIX_IDS, reference(1)))
     w.store.invalidate(w.store.lookup([keys("prefix")[0]]))
@@ -167,8 +177,9 @@ def test_errors_asked_before_wait_for_save_still_fence(tmp_path):
     w.close()
 
 
-def test_an_old_acknowledgement_does_not_lift_a_newer_failure(tmp_path):
-    w, kv, _, _ = make_worker(str(tmp_path), "slack")
+@pytest.mark.parametrize("save_mode", ["step", "deferred"])
+def test_an_old_acknowledgement_does_not_lift_a_newer_failure(tmp_path, save_mode):
+    w, kv, _, _ = make_worker(str(tmp_path), "slack", save_mode=save_mode)
     forward(w, kv, TuttiMetadata(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], step=1),
             (PREFIX_IDS, reference(1)))
     for step, victim in ((2, 0), (3, 1)):  # two failing loads, seq 1 and 2

@@ -102,10 +102,11 @@ class LoggedTxn:
     prepare, finish, abort = _whole("prepare"), _whole("finish"), _whole("abort")
 
 
-def make_worker(d, policy, lookahead=2, data_path="cpu"):
+def make_worker(d, policy, lookahead=2, data_path="cpu", save_mode="step", **extra):
+    """save_mode "step" (commits in the step): these tests check what one step does."""
     cfg = TuttiConfig.from_extra({"path": os.path.join(d, "kv.img"), "capacity": "4MiB",
                                   "write_policy": policy, "lookahead_layers": lookahead,
-                                  "data_path": data_path})
+                                  "data_path": data_path, "save_mode": save_mode, **extra})
     shape = ModelShape(model_id="tests/write-policy", dtype="float16", n_layers=N_LAYERS,
                        kv_heads=KV_HEADS, head_dim=HEAD_DIM, block_size=BLOCK, tp_size=1)
     stats = TuttiStats()

@@ -10,7 +10,11 @@ into fresh blocks; writes D/load.r<rank>.json (the block ids that failed) and
 the cache to D/kv.r<rank>.pt.  loadsave --steps A,B: step A's blocks are saved,
 then one forward loads them and saves step B's (write_policy slack: the writes
 wait for the reads).  The store is opened (and reconciled) by
-register_kv_caches, as in vLLM.
+register_kv_caches, as in vLLM.  --save-mode deferred (the default, as in the
+connector): each step is followed by an empty one, where its save is committed
+at the earliest; its commits count as the step's.  lag: deferred saves, rank 1's
+"kernels" finish a step late, so the ranks are ready to commit at different
+steps: prints per step the keys committed.
 """
 import argparse
 import datetime
@@ -49,7 +53,8 @@ def layer_name(layer):
 def make_worker(args):
     first, end = head_range(KV_HEADS, args.rank, args.world)
     cfg = TuttiConfig.from_extra({"path": os.path.join(args.dir, "kv{rank}.img"),
-                                  "capacity": "4MiB"})
+                                  "capacity": "4MiB", "save_mode": args.save_mode,
+                                  "max_pending_bytes": "1MiB"})
     shape = ModelShape(model_id="tests/tp-connector", dtype="float16", n_layers=N_LAYERS,
                        kv_heads=end - first, head_dim=HEAD_DIM, block_size=BLOCK,
                        tp_size=args.world)
@@ -58,6 +63,19 @@ def make_worker(args):
                                      dtype=torch.int16) for l in range(N_LAYERS)}
     w.register_kv_caches(kv, NUM_BLOCKS)
     return w, kv, (first, end)
+
+
+def settle(w, meta):
+    """Deferred saves: an empty step after ``meta``'s; returns the events of both."""
+    wm = w.take_worker_meta()
+    events = list(wm.events) if wm else []
+    if w._deferred:
+        empty = TuttiMetadata(step=meta.step, acked=dict(meta.acked))
+        w.start_load(empty)
+        w.finish_save(empty)
+        more = w.take_worker_meta()
+        events += more.events if more else []
+    return events
 
 
 def cmd_save(args):
@@ -72,8 +90,7 @@ def cmd_save(args):
         for l in range(N_LAYERS):  # the model computes a layer, then the connector saves it
             w.save_layer(meta, layer_name(l))
         w.finish_save(meta)
-        wm = w.take_worker_meta()
-        committed.append(sorted(ev.key.decode() for ev in (wm.events if wm else []) if ev.key))
+        committed.append(sorted(ev.key.decode() for ev in settle(w, meta) if ev.key))
     w.close()
     print(json.dumps({"committed": committed}))
 
@@ -104,7 +121,7 @@ def cmd_loadsave(args):
     for meta in (TuttiMetadata(saves=[BlockTransfer(f"req{old}", step_keys(old), ids)]),
                  TuttiMetadata(loads=[BlockTransfer(f"req{old}", step_keys(old), load_ids)],
                                saves=[BlockTransfer(f"req{new}", step_keys(new), ids)])):
-        w.take_worker_meta()
+        settle(w, meta)
         w.stats.reset()
         ref = reference(new if meta.loads else old)
         w.start_load(meta)
@@ -114,13 +131,13 @@ def cmd_loadsave(args):
             w.save_layer(meta, layer_name(l))
         w.finish_save(meta)
     errors = sorted(w.take_load_errors())
-    wm = w.take_worker_meta()
+    stats = dict(w.stats.data)
+    events = settle(w, meta)
     loaded = all(torch.equal(kv[layer_name(l)][load_ids], reference(old)[l, :, first:end])
                  for l in range(N_LAYERS))
     w.close()
-    print(json.dumps({"committed": sorted(ev.key.decode() for ev in (wm.events if wm else [])
-                                          if ev.key), "errors": errors, "loaded": loaded,
-                      "stats": w.stats.data}))
+    print(json.dumps({"committed": sorted(ev.key.decode() for ev in events if ev.key),
+                      "errors": errors, "loaded": loaded, "stats": stats}))
 
 
 def cmd_poison(args):
@@ -151,29 +168,76 @@ def cmd_poison(args):
         w.finish_save(meta)
         errors = sorted(w.take_load_errors())
         wm = w.take_worker_meta()
+        failures = [f.seq for f in (wm.failures if wm else [])]
+        w._events = list(wm.events) if wm else []  # settle() returns them with the empty step's
         saved = set(meta.saves[0].keys)
-        out.append({"committed": sorted(ev.key.decode() for ev in (wm.events if wm else [])
+        out.append({"committed": sorted(ev.key.decode() for ev in settle(w, meta)
                                         if ev.key in saved),
-                    "errors": errors,
-                    "failures": [f.seq for f in (wm.failures if wm else [])]})
+                    "errors": errors, "failures": failures})
+    w.close()
+    print(json.dumps(out))
+
+
+def cmd_lag(args):
+    """Deferred saves of --steps, one a step; rank 1's layer KV becomes final a step late (its
+    marks complete at the next step), so rank 0 is ready to commit a step before rank 1.  Then
+    three empty steps.  Prints per step the keys committed on this rank."""
+    w, kv, (first, end) = make_worker(args)
+    marks = []
+
+    class Mark:
+        done = False
+
+    def mark():
+        m = Mark()
+        m.done = args.rank != 1
+        marks.append(m)
+        return m
+
+    def ready(m, block=False):
+        if block:
+            m.done = True
+        return m is None or m.done
+
+    w.io.mark, w.io.ready = mark, ready
+    steps = list(map(int, args.steps.split(",")))
+    out = []
+    for i, step in enumerate(steps + [None] * 3):
+        for m in marks:  # the previous step's kernels have run by now
+            m.done = True
+        saves = []
+        if step is not None:
+            ids = [i * BLOCKS_PER_STEP + b for b in range(BLOCKS_PER_STEP)]
+            ref = reference(step)
+            for l in range(N_LAYERS):
+                kv[layer_name(l)][ids] = ref[l, :, first:end]
+            saves = [BlockTransfer(f"req{step}", step_keys(step), ids)]
+        meta = TuttiMetadata(saves=saves, step=i + 1)
+        w.start_load(meta)
+        for l in range(N_LAYERS):
+            w.save_layer(meta, layer_name(l))
+        w.finish_save(meta)
+        wm = w.take_worker_meta()
+        out.append(sorted(ev.key.decode() for ev in (wm.events if wm else []) if ev.key))
     w.close()
     print(json.dumps(out))
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["save", "load", "loadsave", "poison"])
+    ap.add_argument("mode", choices=["save", "load", "loadsave", "poison", "lag"])
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--rdv", required=True)
     ap.add_argument("--steps", default="0")
     ap.add_argument("--fail-rank", type=int, default=1)
+    ap.add_argument("--save-mode", default="deferred", choices=["deferred", "step"])
     args = ap.parse_args()
     dist.init_process_group("gloo", init_method=f"file://{args.rdv}", rank=args.rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=30))
     {"save": cmd_save, "load": cmd_load, "loadsave": cmd_loadsave,
-     "poison": cmd_poison}[args.mode](args)
+     "poison": cmd_poison, "lag": cmd_lag}[args.mode](args)
     dist.destroy_process_group()
 
 

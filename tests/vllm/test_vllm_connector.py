@@ -5,6 +5,8 @@ with a run that has no connector (greedy decoding).
 """
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -113,7 +115,8 @@ def test_small_store_evicts_and_keeps_serving(vtmp, model, baseline, prompts, bl
 @pytest.mark.parametrize("data_path", ["cpu", "host"])
 def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, block, data_path, request):
     """The engine is SIGKILLed in the middle of a save (some layers of a step's blocks
-    submitted, not committed): only blocks of completed steps are committed, every
+    submitted, not committed; an earlier step's save pending): only saves committed before the
+    kill are stored, every
     committed block verifies, and a restarted engine serves correct outputs.  Both the
     host-memory path and the GPU-memory code (GpuStore, on CPU tensors: "host")."""
     if data_path == "host":
@@ -124,14 +127,19 @@ def test_crash_mid_save_commits_no_partial_slot(vtmp, model, baseline, prompts, 
         run_engine(vtmp, f"crash1-{data_path}", model=model, prompts=prompts[:1], store=path,
                    extra={"data_path": data_path},
                    max_num_batched_tokens=chunk, env_extra={
-                       # 2 layers per step: die after layer 0 of the second step's save
-                       "TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS": "3"})
+                       # 2 layers per step; saves are deferred (the default): the first step's
+                       # is committed at the end of the second, whose own save is then pending.
+                       # Die after layer 0 of the third step's save: in the deferred drain.
+                       "TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS": "5"})
     assert e.value.rc in (-9, 137)
     n_committed, _ = _committed(path)
     assert n_committed == chunk // block  # the first step's blocks only
     with Store.open([path], readonly=True, shared=True, engine="psync") as s:
         res = s.check()
         assert res["bad"] == 0 and res["checked"] == n_committed
+    check = subprocess.run([sys.executable, "-m", "tutti.cli", "check", path],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr  # every key exact or absent
     r2 = run_engine(vtmp, f"crash2-{data_path}", model=model, prompts=prompts[:1], store=path,
                     extra={"data_path": data_path}, max_num_batched_tokens=chunk)
     assert worker_stats(r2)["load_blocks"] == n_committed

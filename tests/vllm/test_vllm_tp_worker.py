@@ -154,3 +154,22 @@ def test_tp_failed_load_on_one_rank_commits_nothing_computed_over_it(tmp_path):
     from tutti import key_from_bytes
     for r, keys in enumerate(held(d)):
         assert not keys & {key_from_bytes(k) for k in poisoned}, f"rank {r} holds a poisoned block"
+
+
+def test_tp_deferred_commit_waits_for_the_slower_rank(tmp_path):
+    """Deferred saves: rank 1's KV of each step becomes final a step later than rank 0's, so
+    rank 0 is ready to commit first.  The ranks agree at each step which pending saves are ready
+    everywhere: each step's blocks are committed at the same step on both ranks, after both
+    wrote them, and load back bit-exact."""
+    d = str(tmp_path)
+    out = run_ranks(d, "lag", [0, 1, 2])
+    for rc, _, err in out:
+        assert rc == 0, err[-3000:]
+    per_rank = [json.loads(o) for _, o, _ in out]
+    assert per_rank[0] == per_rank[1]
+    names = lambda s: sorted(k.decode() for k in wr.step_keys(s))  # noqa: E731
+    # Saved in steps 1, 2, 3; rank 1 writes each in the next step: committed two steps later.
+    assert per_rank[0] == [[], [], names(0), names(1), names(2), []]
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == 3 * wr.BLOCKS_PER_STEP
+    load_and_check(d, [0, 1, 2], stored_steps={0, 1, 2})

@@ -15,6 +15,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20
           "tib": 1 << 40}
 
 WRITE_POLICIES = ("slack", "eager")
+SAVE_MODES = ("deferred", "step")
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "tutti")
 
@@ -59,9 +60,14 @@ class TuttiConfig:
     write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
+    save_mode: str = "deferred"               # deferred: a save may outlive its step; step: committed in it
+    max_pending_bytes: int | None = None      # deferred saves' bytes held at most (None: auto, pending.py)
+    drain_bytes_per_step: int = 64 << 20      # carried-over writes a step submits (at least one layer)
+    shutdown_drain_s: float = 10.0            # time shutdown gives pending saves, then drops the rest
 
     KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
-            "lookahead_layers", "write_policy", "save", "load")
+            "lookahead_layers", "write_policy", "save", "load", "save_mode", "max_pending_bytes",
+            "drain_bytes_per_step", "shutdown_drain_s")
 
     @classmethod
     def from_extra(cls, extra: dict) -> "TuttiConfig":
@@ -113,6 +119,21 @@ class TuttiConfig:
                                   "step's reads are in flight) or 'eager' (each layer's write goes "
                                   f"at once), got {extra['write_policy']!r}")
             c.write_policy = extra["write_policy"]
+        if "save_mode" in extra:
+            if extra["save_mode"] not in SAVE_MODES:
+                raise ConfigError("save_mode: expected 'deferred' (a save may be written and committed "
+                                  "in later steps, the request's blocks held until then) or 'step' "
+                                  f"(committed in the step that computed it), got {extra['save_mode']!r}")
+            c.save_mode = extra["save_mode"]
+        if extra.get("max_pending_bytes", "auto") != "auto":
+            c.max_pending_bytes = parse_size(extra["max_pending_bytes"], "max_pending_bytes")
+        if "drain_bytes_per_step" in extra:
+            c.drain_bytes_per_step = parse_size(extra["drain_bytes_per_step"], "drain_bytes_per_step")
+        if "shutdown_drain_s" in extra:
+            t = extra["shutdown_drain_s"]
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 3600:
+                raise ConfigError(f"shutdown_drain_s: expected seconds between 0 and 3600, got {t!r}")
+            c.shutdown_drain_s = float(t)
         return c
 
     def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:

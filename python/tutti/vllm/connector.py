@@ -107,6 +107,15 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
         if self._worker is not None:
             self._worker.finish_save(self._meta())
 
+    def get_finished(self, finished_req_ids):
+        if self._worker is None:
+            return None, None
+        return self._worker.get_finished(finished_req_ids, self._meta())
+
+    def handle_preemptions(self, kv_connector_metadata):
+        if self._worker is not None and isinstance(kv_connector_metadata, TuttiMetadata):
+            self._worker.handle_preemptions(kv_connector_metadata)
+
     def get_block_ids_with_load_errors(self) -> set:
         return self._worker.take_load_errors() if self._worker is not None else set()
 
@@ -140,9 +149,12 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
 
     def shutdown(self):
         if self._worker is not None:
-            self._worker.close()
+            self._worker.close()  # pending saves: committed or dropped (bounded: shutdown_drain_s)
         if self._sched is not None:
             self._sched.close()
+        if _stats_dir():
+            self.get_kv_connector_stats()  # what the shutdown committed reaches the totals
+            self._dump_totals()
 
     # --- scheduler side -----------------------------------------------------------
 
@@ -163,6 +175,10 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
 
     def request_finished_all_groups(self, request, block_ids):
         return self._sched.request_finished(request)
+
+    def has_pending_block_frees(self) -> bool:
+        # Held blocks come back once their saves are written: vLLM waits instead of preempting.
+        return self._sched is not None and self._sched.is_holding()
 
     def bind_kv_cache_manager(self, kv_cache_manager):
         super().bind_kv_cache_manager(kv_cache_manager)

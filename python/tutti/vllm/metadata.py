@@ -9,7 +9,16 @@ Failed loads travel both ways (see worker.py, "Failed loads"): a worker reports
 each step whose load failed (``LoadFailure``, resent until acknowledged) and
 commits nothing until the scheduler's metadata acknowledges it (``acked``);
 from then on the scheduler's own taint tracking (taint.py) keeps saves of
-anything computed over a bad block out of the steps it builds.
+anything computed over a bad block out of the steps it builds, and tells the
+workers which vLLM blocks it found bad (``bad_blocks``) so a save still pending
+from an earlier step (saves.py, ``save_mode: deferred``) is checked again at
+its commit.
+
+Deferred saves (saves.py): a request that finishes while a save of its blocks is
+pending is *held* (vLLM keeps its blocks); ``held`` names it to the workers, which
+report it in ``get_finished`` once no pending save needs its blocks.  ``preempted``
+names requests whose blocks vLLM freed: their pending writes are finished before
+the step's forward may overwrite the blocks.
 """
 from dataclasses import dataclass, field
 
@@ -42,6 +51,9 @@ class TuttiMetadata(KVConnectorMetadata):
     saves: list = field(default_factory=list)   # BlockTransfer, layer by layer during it
     step: int = 0                                # the scheduler's count of steps built
     acked: dict = field(default_factory=dict)   # rank -> last LoadFailure.seq the scheduler took in
+    held: list = field(default_factory=list)    # finished requests whose blocks wait for get_finished
+    preempted: list = field(default_factory=list)   # requests whose blocks vLLM freed (preemption)
+    bad_blocks: list = field(default_factory=list)  # vLLM blocks found bad (taint) since the last step
 
     def is_empty(self):
         return not self.loads and not self.saves
@@ -76,13 +88,16 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
 
     ``events``: index changes; ``missing``: (rank, key) a worker looked up and did not find;
     ``failures``: LoadFailure not yet acknowledged; ``unsaved``: (req_id, first) of save
-    transfers not committed (the scheduler may offer them again).
+    transfers not committed (the scheduler may offer them again); ``drained``: (rank, step): no
+    save offered in a step <= ``step`` still needs its vLLM blocks on that rank (so a request whose
+    last save is that old can free its blocks at once when it finishes).
     """
 
     events: list = field(default_factory=list)
     missing: list = field(default_factory=list)
     failures: list = field(default_factory=list)
     unsaved: list = field(default_factory=list)
+    drained: list = field(default_factory=list)
 
     def aggregate(self, other):
         if other is None:
@@ -90,4 +105,5 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
         return TuttiWorkerMeta(events=self.events + other.events,
                                missing=self.missing + other.missing,
                                failures=self.failures + other.failures,
-                               unsaved=self.unsaved + other.unsaved)
+                               unsaved=self.unsaved + other.unsaved,
+                               drained=self.drained + getattr(other, "drained", []))

@@ -24,13 +24,14 @@ log = logging.getLogger("vllm.tutti")
 
 
 class _ReqState:
-    __slots__ = ("request", "next_save", "local_tokens", "retries")
+    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save")
 
     def __init__(self, request):
         self.request = request
         self.next_save = 0       # first block not yet considered for saving
         self.local_tokens = 0    # vLLM's own prefix-cache hit, from the last match
         self.retries = 0         # uncommitted saves offered again so far
+        self.last_save = 0       # last step that offered a save of its blocks
 
 
 class RankIndex:
@@ -112,6 +113,12 @@ class SchedulerSide:
         self.step = 0            # steps built
         self.acked = {}          # rank -> last LoadFailure.seq taken in
         self.kv_cache_manager = None
+        # Deferred saves (saves.py): finished requests whose blocks wait for their saves.
+        self.deferred = cfg.save_mode == "deferred"
+        self.drained = {}        # rank -> last step none of whose saves still reads vLLM blocks
+        self.hold_next = set()   # held since the last step: named in the next metadata
+        self.holding = set()     # held until the workers report them in finished_sending
+        self.bad_out = set()     # vLLM blocks found bad, for the next metadata
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
             log.warning("tutti: prefix_caching_hash_algo=%s without PYTHONHASHSEED gives block hashes "
@@ -169,6 +176,11 @@ class SchedulerSide:
         self.step += 1
         meta = TuttiMetadata(loads=self.pending_loads, step=self.step, acked=dict(self.acked))
         self.pending_loads = []
+        finished = set(getattr(scheduler_output, "finished_req_ids", None) or ())
+        meta.held = sorted(self.hold_next & finished)
+        self.hold_next -= finished
+        meta.preempted = sorted(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        meta.bad_blocks, self.bad_out = sorted(self.bad_out), set()
         for req_id in getattr(scheduler_output, "finished_req_ids", None) or ():
             self.taint.drop(req_id)
         # Every step, also without saves: a failure reported later replays what it wrote.
@@ -219,6 +231,7 @@ class SchedulerSide:
             st.next_save = upto
             if keys:
                 meta.saves.append(BlockTransfer(req_id, keys, ids, first))
+                st.last_save = self.step
         return meta
 
     def _block_ids_fallback(self, req_id):
@@ -231,9 +244,12 @@ class SchedulerSide:
             return None
 
     def update_connector_output(self, connector_output):
+        self.holding -= set(getattr(connector_output, "finished_sending", None) or ())
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if meta is None or not hasattr(meta, "events"):
             return
+        for rank, step in getattr(meta, "drained", ()):
+            self.drained[rank] = max(self.drained.get(rank, 0), step)
         for ev in meta.events:
             if 0 <= ev.rank < len(self.ranks):
                 self.ranks[ev.rank].apply(ev.slot, ev.key)
@@ -259,6 +275,7 @@ class SchedulerSide:
             log.error("tutti: a load failure of step %d was reported after %d steps; every "
                       "running request's KV is treated as unsound until recomputed",
                       f.step, self.step - f.step)
+        self.bad_out |= self.taint.bad  # a pending save of one of them is vetoed at its commit
         for req_id, st in self.reqs.items():
             i = self.taint.first_bad(req_id)
             if i is not None and i < st.next_save:
@@ -278,10 +295,22 @@ class SchedulerSide:
         return True
 
     def request_finished(self, request):
-        self.reqs.pop(request.request_id, None)
-        self.taint.drop(request.request_id)
-        # Saves are durable at the end of the step that computed the block.
-        return False, None
+        """True (vLLM keeps the blocks until the workers report the request in get_finished)
+        when a save of its blocks may still be pending: offered after the last step the workers
+        reported drained.  With save_mode step, saves are durable at the end of their step."""
+        req_id = request.request_id
+        st = self.reqs.pop(req_id, None)
+        self.taint.drop(req_id)
+        drained = min((self.drained.get(r, 0) for r in range(len(self.ranks))), default=0)
+        hold = self.deferred and st is not None and st.last_save > drained
+        if hold:
+            self.hold_next.add(req_id)
+            self.holding.add(req_id)
+            self.stats.add(reqs_held=1)
+        return hold, None
+
+    def is_holding(self) -> bool:
+        return bool(self.holding)
 
     def close(self):
         for r in self.ranks:

@@ -25,6 +25,9 @@ COUNTERS = (
     "load_failures",     # steps whose load failed (scheduler: failures taken in)
     "writes_deferred",   # layer writes held back because the step's reads were in flight
     "rw_overlap_s",      # time a read and a write were both in flight (0 with write_policy slack)
+    "save_carried",      # blocks committed in a later step than the one that computed them
+    "save_dropped",      # pending blocks dropped: over max_pending_bytes, or at shutdown
+    "reqs_held",         # scheduler: finished requests whose blocks waited for a pending save
 )
 
 
@@ -62,6 +65,8 @@ class TuttiStats(KVConnectorStats):
         out["writes_deferred"] = d.get("writes_deferred", 0)
         out["save_fenced"] = d.get("save_fenced", 0)
         out["load_failures"] = d.get("load_failures", 0)
+        out["save_carried"] = d.get("save_carried", 0)
+        out["save_dropped"] = d.get("save_dropped", 0)
         out["rw_overlap_ms"] = round(d.get("rw_overlap_s", 0) * 1e3, 1)
         q = d.get("query_tokens", 0)
         out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0

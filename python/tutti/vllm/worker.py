@@ -5,17 +5,19 @@ a second server on the same store is refused).  Loads are layer-wise: a step's
 blocks are looked up, then ``lookahead`` layers are in flight ahead of the
 model and ``wait_for_layer_load`` waits for exactly its layer.  Saves are
 submitted layer by layer as the model computes them and committed in
-``wait_for_save``: data durable first, then the commit records, so a block
-whose layers were not all written is never committed.
+``wait_for_save`` (``save_mode: step``) or in a later step's (``deferred``, the
+default; the request's blocks are held until then): saves.py.  Either way the
+data is durable first, then the commit records, so a block whose layers were not
+all written is never committed.
 
 Reads first (``write_policy: slack``, the default): reads and writes are never
 in flight on the store at the same time (its members are striped, so every
 layer's I/O touches every SSD).  While a step's load has reads in flight or
 still to submit, ``save_kv_layer`` queues its layer instead of submitting it;
 the queue goes out as soon as the load is over (its last layer waited for, or
-aborted) and at the latest in ``wait_for_save``, before the commit.  A load
-never starts while a write is in flight.  Everything saved in a step is still
-committed at the end of that step.  ``eager`` submits each layer's write at once.
+aborted), at the latest in ``wait_for_save`` (``save_mode: step``: before the
+commit; ``deferred``: what is left is carried over).  A load never starts while
+a write is in flight.  ``eager`` submits each layer's write at once.
 
 The data path follows the KV cache (datapath.py): host memory through tutti.Store; GPU memory
 through tutti.gpu.GpuStore's path into HBM (staged by default), where a loaded layer is ordered
@@ -54,20 +56,9 @@ from . import fault_hooks
 from .datapath import StoreMismatchError, open_io  # noqa: F401 - StoreMismatchError is public here
 from .layout import from_kv_caches
 from .metadata import LoadFailure, SlotEvent, TuttiWorkerMeta
+from .saves import SavesMixin
 
 log = logging.getLogger("vllm.tutti")
-
-
-def _save_list(meta):
-    """The step's blocks to save, each key once, in the same order on every rank."""
-    keys, ids, seen = [], [], set()
-    for t in meta.saves:
-        for k, b in zip(t.keys, t.block_ids):
-            if k not in seen:
-                seen.add(k)
-                keys.append(k)
-                ids.append(b)
-    return keys, ids
 
 
 class _Overlap:
@@ -103,25 +94,7 @@ class _Load:
         self.fault = fault  # fault_hooks
 
 
-class _Save:
-    """One step's layer-wise write transaction.
-
-    ``queued``: (layer, mark) the model has handed over whose write waits for the step's reads
-    or, in GPU memory, for the model's kernels (mark: datapath's event); the transaction itself
-    is begun with the first write that goes out (beginning it may write the slot table:
-    emptied victims).
-    """
-
-    def __init__(self, keys, ids):
-        self.keys, self.ids = keys, ids
-        self.txn = None
-        self.t0 = None
-        self.seen = set()      # layers handed over by the model
-        self.queued = []       # handed over, write not submitted yet (in layer order)
-        self.inflight = set()  # submitted, not waited for
-
-
-class WorkerSide:
+class WorkerSide(SavesMixin):
     def __init__(self, cfg, shape, rank, stats, group=None):
         self.cfg, self.shape, self.rank, self.stats = cfg, shape, rank, stats
         self._group = group     # TP group for commits (None: vLLM's, resolved when needed)
@@ -129,7 +102,6 @@ class WorkerSide:
         self.io = None          # datapath.HostIO / DeviceIO
         self.layout = None
         self._load = None
-        self._save = None       # _Save; False: nothing to save this step
         self._slack = cfg.write_policy == "slack"
         self._overlap = _Overlap(stats)
         self._errors = set()    # vLLM blocks whose load failed in this step
@@ -140,6 +112,7 @@ class WorkerSide:
         self._unacked = {}      # seq -> LoadFailure the scheduler has not acknowledged
         self._noted = set()     # this step's failed blocks already in a LoadFailure
         self._unsaved = []      # (req_id, first) of save transfers not committed
+        self._init_saves(cfg)   # saves.py
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -147,6 +120,7 @@ class WorkerSide:
         self.layout = from_kv_caches(kv_caches, num_blocks)
         self.io = open_io(self.cfg, self.shape, self.rank, self.layout, kv_caches, log)
         self.store = self.io.store
+        self._set_pending_bound(num_blocks)
         log.info("tutti: rank %d store %s, %s, %d slots", self.rank, self.store.paths,
                  self.io.name, self.store.geometry.n_slots)
         if self.shape.tp_size > 1:
@@ -295,9 +269,8 @@ class WorkerSide:
         self._issue_writes()
 
     def _note_io(self):
-        ld, sv = self._load, self._save
-        self._overlap.update(ld.submitted - len(ld.waited) if ld else 0,
-                             len(sv.inflight) if sv else 0)
+        ld = self._load
+        self._overlap.update(ld.submitted - len(ld.waited) if ld else 0, self._writes_in_flight())
 
     def _fail(self, block_ids):
         self._errors.update(block_ids)
@@ -320,6 +293,7 @@ class WorkerSide:
         upto = acked.get(self.rank, 0)
         for seq in [q for q in self._unacked if q <= upto]:
             del self._unacked[seq]
+        self._take_step_saves(meta)
 
     def _note_failure(self):
         """The step's failed blocks become a LoadFailure, sent until acknowledged."""
@@ -337,174 +311,23 @@ class WorkerSide:
         """True while a failed load may have fed the model's KV: saves are not committed."""
         return bool(self._errors) or bool(self._unacked)
 
-    # --- saves ------------------------------------------------------------------------
-
-    def save_layer(self, meta, layer_name):
-        self._sync_step(meta)
-        if not meta.saves or self.store is None:
-            return
-        layer = self.layer_index(layer_name)
-        if layer is None:
-            return
-        if self._save is None:
-            keys, ids = _save_list(meta)
-            # A transaction pins its slots: never ask for more than the store can give.
-            # Earlier blocks first: a block is useful only after its whole prefix.
-            cap = self.store.geometry.n_slots - (len(self._load.slots) if self._load else 0)
-            if len(keys) > cap:
-                self.stats.add(save_errors=len(keys) - max(cap, 0))
-                keys, ids = keys[:max(cap, 0)], ids[:max(cap, 0)]
-            # Committed tail first, so heads are the most recently used (evicted last).
-            self._save = _Save(keys[::-1], ids[::-1]) if keys else False
-        sv = self._save
-        if not sv or layer in sv.seen:
-            return
-        sv.seen.add(layer)
-        sv.queued.append((layer, self.io.mark()))
-        if self._slack and self._load is not None:
-            # Reads first: this layer's KV stays in vLLM's cache (nothing overwrites it before
-            # the step ends) until the load is over.
-            self.stats.add(writes_deferred=1)
-            return
-        self._issue_writes()
-
-    def _issue_writes(self, block=False):
-        """Submit the queued layers' writes (the caller made sure no read is in flight), in layer
-        order, each once its KV is final; ``block``: wait for that (the step's end)."""
-        sv = self._save
-        if not sv or not sv.queued or self.fenced():
-            return  # fenced: these blocks will not be committed, so they are not written
-        if not self.io.ready(sv.queued[0][1], block):
-            return
-        if sv.txn is None:
-            try:
-                sv.txn = self.io.write(sv.keys, sv.ids)
-            except Exception as e:  # noqa: BLE001 - a save that cannot start is a future miss
-                log.warning("tutti: cannot store %d blocks: %s", len(sv.keys), e)
-                self.stats.add(save_errors=len(sv.keys))
-                self._save = False
-                return
-            sv.t0 = time.perf_counter()
-            for s, p in zip(sv.txn.slots, sv.txn.present):
-                if not p:  # the slot's old content is gone from now on
-                    self._events.append(SlotEvent(self.rank, s, None))
-        while sv.queued and self.io.ready(sv.queued[0][1], block):
-            layer = sv.queued.pop(0)[0]
-            try:
-                sv.txn.layer(layer)
-            except Exception as e:  # noqa: BLE001
-                log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
-                            layer, e)
-                continue
-            sv.inflight.add(layer)
-            self._note_io()
-            fault_hooks.crash_point()
-
-    def _wait_writes(self):
-        """Wait for the writes in flight (before a load starts: never both at once)."""
-        sv = self._save
-        if not sv or not sv.inflight:
-            return
-        for layer in sorted(sv.inflight):
-            try:
-                sv.txn.wait_layer(layer)
-            except Exception as e:  # noqa: BLE001 - the block is marked failed: not committed
-                log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
-                            layer, e)
-        sv.inflight.clear()
-        self._note_io()
-
-    def finish_save(self, meta=None):
-        self._sync_step(meta)
-        # End of the step: the model has run every layer, so the reads are over (finish the
-        # load if a layer was never waited for: its blocks count as failed).  Whether this
-        # step's saves may be committed is known only once the load is.
-        self._finish_load()
-        self._note_failure()
-        if self._save and self._save.queued:
-            # What waited for the reads goes now and is committed in this step, as with
-            # eager writes.
-            self._issue_writes(block=True)
-        sv, self._save = self._save, None
-        self._note_io()
-        tp = self.shape.tp_size > 1 and meta is not None and meta.saves and self.store is not None
-        if sv and self.fenced():
-            self._drop_fenced(sv, meta)
-            sv = None
-        if not sv or sv.txn is None:
-            if tp:  # the other ranks commit this step's blocks: agree that none is here
-                from ..tp import abstain
-                try:
-                    abstain(self.tp_group(), len(_save_list(meta)[0]))
-                except Exception as e:  # noqa: BLE001 - a broken group: nothing is committed here
-                    log.warning("tutti: TP commit agreement failed: %s", e)
-            return
-        txn, keys = sv.txn, sv.keys
-        try:
-            if tp:
-                from ..tp import commit
-                # Every rank's keys are a prefix of the same list (the slot cap keeps the
-                # first), held in reverse: block i is entry n - 1 - i of that list.
-                n = len(keys)
-                everywhere = commit(txn, self.tp_group(), width=len(_save_list(meta)[0]),
-                                    positions=range(n - 1, -1, -1))
-                status = [0 if ok else -errno.ECANCELED for ok in everywhere]
-            else:
-                status = txn.finish()  # layers never submitted: -ENODATA, not committed
-        except Exception as e:  # noqa: BLE001
-            log.warning("tutti: committing %d blocks failed: %s", len(keys), e)
-            txn.abort()
-            self.stats.add(save_errors=len(keys))
-            if meta is not None:
-                self._report_unsaved(meta, set(keys))
-            return
-        dt = time.perf_counter() - sv.t0
-        ok = 0
-        for k, s, p, rc in zip(keys, txn.slots, txn.present, status):
-            if p:  # already stored: make sure the scheduler knows where
-                self._events.append(SlotEvent(self.rank, s, k))
-                continue
-            if rc == 0:
-                ok += 1
-                self._events.append(SlotEvent(self.rank, s, k))
-        self.stats.add(save_blocks=ok, save_bytes=ok * self.layout.block_bytes, save_s=dt,
-                       save_errors=sum(1 for p, rc in zip(txn.present, status) if not p and rc))
-        failed = {k for k, p, rc in zip(keys, txn.present, status) if not p and rc}
-        if failed and meta is not None:
-            self._report_unsaved(meta, failed)
-
-    def _drop_fenced(self, sv, meta):
-        """A failed load may have fed this step's KV: abort its saves, report them unsaved."""
-        if sv.txn is not None:
-            sv.txn.abort()
-        self.stats.add(save_fenced=len(sv.keys))
-        log.warning("tutti: rank %d: %d blocks of this step not stored: a load failed and the "
-                    "scheduler has not yet taken that in", self.rank, len(sv.keys))
-        if meta is not None:
-            self._report_unsaved(meta, set(sv.keys))
-
-    def _report_unsaved(self, meta, keys):
-        for t in meta.saves:
-            if any(k in keys for k in t.keys):
-                self._unsaved.append((t.req_id, t.first))
-
-    def abort_save(self):
-        sv, self._save = self._save, None
-        if sv and sv.txn is not None:
-            sv.txn.abort()
-        self._note_io()
-
     def take_worker_meta(self):
-        if not (self._events or self._missing or self._unacked or self._unsaved):
+        drained = self.drained_step() if self._deferred else None
+        new_drained = drained != self._drained_sent
+        if not (self._events or self._missing or self._unacked or self._unsaved or new_drained):
             return None
         meta = TuttiWorkerMeta(events=self._events, missing=self._missing,
-                               failures=list(self._unacked.values()), unsaved=self._unsaved)
+                               failures=list(self._unacked.values()), unsaved=self._unsaved,
+                               drained=[(self.rank, drained)] if new_drained else [])
+        self._drained_sent = drained
         self._events, self._missing, self._unsaved = [], [], []
         return meta
 
     def close(self):
         self.abort_save()  # first: an aborted load would issue the queued writes
         self._abort_load()
+        if self.store is not None:
+            self.close_saves()
         if self.io is not None:
             self.io.close()
             self.io = self.store = None
