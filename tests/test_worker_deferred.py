@@ -13,7 +13,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_worker_write_policy import (  # noqa: E402
-    LOAD_IDS, N, N_LAYERS, NEW_IDS, PREFIX_IDS, keys, layer_name, make_worker, reference,
+    LOAD_IDS,
+    N_LAYERS,
+    NEW_IDS,
+    PREFIX_IDS,
+    N,
+    keys,
+    layer_name,
+    make_worker,
+    reference,
 )
 from tutti import Store  # noqa: E402
 from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402

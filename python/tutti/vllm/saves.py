@@ -274,8 +274,8 @@ class SavesMixin:
             from ..tp.commit import GroupError
             try:
                 flags = agree(flags, self.tp_group())
-            except GroupError as e:
-                log.warning("tutti: TP agreement on pending saves failed: %s", e)
+            except GroupError as err:
+                log.warning("tutti: TP agreement on pending saves failed: %s", err)
                 self._drop_all("a broken TP group")
                 return
         for e, ok in zip(cands, flags):
