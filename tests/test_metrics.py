@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import TINY
-from tutti import Store, metrics
+from tutti import Fingerprint, Store, metrics
 from tutti.cli import EXIT_OK, EXIT_USAGE, main
 
+# conftest's tiny model, restated: "from conftest import" picks whichever conftest pytest loaded first
+# (tests/hil has one too).
+TINY = Fingerprint(model_id="tests/tiny", dtype="float16", n_layers=4, kv_heads=2, head_dim=64, block_size=16)
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboards" / "grafana-tutti.json"
 STATS = ROOT / "python" / "tutti" / "vllm" / "stats.py"
