@@ -10,7 +10,10 @@ import logging
 import os
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorRole,
+)
 
 from .config import ConfigError, ModelShape, TuttiConfig
 from .metadata import TuttiMetadata
