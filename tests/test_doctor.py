@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from helpers import fake_machine
 from helpers.fake_machine import GPU, SSD, SW_DOWN_GPU, SW_DOWN_SSD
-from tutti import Store, doctor
+from tutti import Fingerprint, Store, doctor
 from tutti.cli import EXIT_OK, EXIT_PROBLEMS, EXIT_STORE, EXIT_USAGE, main
 from tutti.doctor import DEGRADED, NA, OK, UNUSABLE, gpu, host, live, storage
 
@@ -285,9 +285,10 @@ def test_real_run_on_this_machine(tmp_path):
         assert c["status"] in (OK, NA) or c["fix"], c
     d = {c["name"]: c for c in rep["checks"]}
     paths = [str(tmp_path / "m.img")]
-    from conftest import TINY
-
-    Store.format(paths, TINY, n_slots=4)
+    # conftest's tiny model, restated: "from conftest import" can pick tests/hil's conftest in a full run.
+    tiny = Fingerprint(model_id="tests/tiny", dtype="float16", n_layers=4, kv_heads=2, head_dim=64,
+                       block_size=16)
+    Store.format(paths, tiny, n_slots=4)
     with Store.open(paths) as s:
         assert (d["io_uring"]["status"] == OK) == (s.engine == "uring"), (d["io_uring"], s.engine)
     assert d["libtutti"]["status"] == OK
