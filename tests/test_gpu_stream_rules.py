@@ -6,6 +6,10 @@ zeroed there (tt_gio_batch_create did, with cudaMemset) could reset under a runn
 spins forever.  A blocking stream (cudaStreamCreate without flags) implicitly waits for stream 0 too, and the
 emulated controller's copies waiting for compute that waits for those copies is a deadlock.  These rules are
 checked on the sources, so CI (no GPU) catches a regression the GPU tests would only show as a rare hang.
+
+Nor does it wait for the whole device: cudaDeviceSynchronize() (cudaThreadSynchronize, cuCtxSynchronize)
+also waits for the caller's compute, which may itself wait (an event, a flag) for what the caller does after
+the library returns.  tt_gio_batch_result did, and hung on the H200 while compute streams held the GPU.
 """
 import re
 from pathlib import Path
@@ -19,6 +23,8 @@ GPU_SRC = ROOT / "libtutti" / "src" / "gpu"
 LEGACY_CALLS = ("cudaMemset", "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpy3D", "cudaMemcpyToSymbol",
                 "cudaMemcpyFromSymbol", "cudaMemcpyPeer", "cudaStreamCreate")
 LEGACY_STREAM_NAMES = {"0", "nullptr", "NULL", "cudaStreamLegacy"}
+# Waits for every stream of the context, the caller's compute included.
+DEVICE_WAITS = ("cudaDeviceSynchronize", "cudaThreadSynchronize", "cuCtxSynchronize")
 
 
 def strip_comments(text: str) -> str:
@@ -49,6 +55,9 @@ def violations(text: str) -> list:
         for m in re.finditer(r"\b%s\s*\(" % re.escape(name), code):
             found.append((code.count("\n", 0, m.start()) + 1, f"{name}() runs on the legacy default stream"
                           if name != "cudaStreamCreate" else "cudaStreamCreate() makes a blocking stream"))
+    for name in DEVICE_WAITS:
+        for m in re.finditer(r"\b%s\s*\(" % re.escape(name), code):
+            found.append((code.count("\n", 0, m.start()) + 1, f"{name}() waits for the caller's compute too"))
     for m in re.finditer(r"<<<(.*?)>>>", code, flags=re.S):
         args = split_args(m.group(1))
         line = code.count("\n", 0, m.start()) + 1
@@ -71,9 +80,11 @@ def test_the_rules_catch_what_they_are_for():
         cudaMemsetAsync(p, 0, n, s);
         k<<<g, b, 0, s>>>(a);
         k<<<g, dim3(32, w), smem(a, b), io>>>(a);
+        if (cudaDeviceSynchronize() != cudaSuccess)   // tt_gio_batch_result's hang
+        cudaStreamSynchronize(g->ctl);
     """
     lines = sorted(line for line, _ in violations(bad))
-    assert lines == [2, 3, 4, 5]
+    assert lines == [2, 3, 4, 5, 10]
 
 
 @pytest.mark.parametrize("src", gpu_sources(), ids=lambda p: p.name)

@@ -6,6 +6,7 @@
 // round trip ends, half waiting behind them); a launch that fails leaves the
 // batch usable (its completion target not moved); an earlier error nobody
 // read does not fail a later good launch. Without a GPU: "1..0 # SKIP no CUDA device".
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -59,7 +60,7 @@ static void progress_whatever_the_queues_hold(void)
 	struct gpu_rig r;
 	uint32_t n_err = ~0u;
 	char *src, *dst;
-	int i;
+	int i, rc;
 
 	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "held queues: open"))
 		return;
@@ -73,6 +74,12 @@ static void progress_whatever_the_queues_hold(void)
 	gpu_fill(src, bytes, 21);
 	cudaDeviceSynchronize();
 	cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+	// Load set_flag now: a kernel's first (lazy) load waits for the device
+	// to go idle, which the spinning streams never let it (the flag that
+	// ends them would never be set).
+	set_flag<<<1, 1, 0, io>>>(flag);
+	cudaMemsetAsync(flag, 0, sizeof(*flag), io);
+	gpu_sync_or_die(io, 10);
 	for (i = 0; i < 64; i++)
 		cudaStreamCreateWithFlags(&held[i], cudaStreamNonBlocking);
 	for (i = 0; i < 32; i++)
@@ -90,9 +97,12 @@ static void progress_whatever_the_queues_hold(void)
 		tap_ok(tt_gio_submit_wait(r.gio, b, io) == 0, "held queues: %s launched",
 		       i ? "read" : "write");
 		gpu_sync_or_die(io, 30);	// "Bail out!" when the controller is stuck
+		// Only the batch's own kernel may be waited for: the held streams
+		// go on only after the round trip (a device-wide wait never returned).
 		n_err = ~0u;
-		tap_ok(tt_gio_batch_result(b, &n_err, nullptr) == 0 && n_err == 0,
-		       "held queues: %s completed, %u commands failed", i ? "read" : "write", n_err);
+		rc = tt_gio_batch_result(b, &n_err, nullptr);
+		tap_ok(rc == 0 && n_err == 0, "held queues: %s completed (%d), %u commands failed",
+		       i ? "read" : "write", rc, n_err);
 	}
 	set_flag<<<1, 1, 0, io>>>(flag);
 	gpu_sync_or_die(io, 10);
@@ -124,6 +134,7 @@ static void failed_launch_leaves_the_batch_usable(void)
 	struct gpu_rig r;
 	uint32_t n_err = ~0u;
 	char *src;
+	int rc;
 
 	if (!tap_ok(gpu_rig_open(&r, &p, 2) == 0, "failed launch: open"))
 		return;
@@ -134,14 +145,20 @@ static void failed_launch_leaves_the_batch_usable(void)
 	cudaMemcpy(d, v.data(), n * sizeof(*d), cudaMemcpyHostToDevice);
 	tt_gio_batch_create(r.gio, n, &b);
 	tt_gio_prep_iocbs(b, d, n);
+	rc = tt_gio_batch_result(b, &n_err, nullptr);
+	tap_ok(rc == -EINVAL && n_err == n, "failed launch: no result before a reaping launch "
+	       "(%d, %u of %u counted failed)", rc, n_err, n);
 	cudaStreamCreateWithFlags(&dead, cudaStreamNonBlocking);
 	cudaStreamDestroy(dead);
 	tap_ok(tt_gio_submit_wait(r.gio, b, dead) != 0, "failed launch: a destroyed stream is refused");
 	cudaGetLastError();
+	rc = tt_gio_batch_result(b, &n_err, nullptr);
+	tap_ok(rc == -EINVAL, "failed launch: still no result after it (%d)", rc);
 	tap_ok(tt_gio_submit_wait(r.gio, b, r.s) == 0, "failed launch: then launched on a good stream");
 	gpu_sync_or_die(r.s, 20);	// waits forever (bails out) if the target moved
-	tap_ok(tt_gio_batch_result(b, &n_err, nullptr) == 0 && n_err == 0,
-	       "failed launch: the next run completes (%u failed)", n_err);
+	n_err = ~0u;
+	rc = tt_gio_batch_result(b, &n_err, nullptr);
+	tap_ok(rc == 0 && n_err == 0, "failed launch: the next run completes (%d, %u failed)", rc, n_err);
 	tt_gio_batch_destroy(b);
 	gpu_rig_close(&r);
 	cudaFree(src);

@@ -226,13 +226,19 @@ int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
 		    struct CUstream_st *stream);
 
 /**
- * tt_gio_batch_result() - outcome of a completed batch (synchronises)
+ * tt_gio_batch_result() - outcome of a batch once it is reaped
  * @b: batch
- * @n_err: out, commands that failed (may be NULL)
+ * @n_err: out, commands that failed (may be NULL); every command of the
+ *         batch when the call cannot tell
  * @status: out, @b's commands' NVMe status (tt_nvme_cqe_status() values),
  *          host memory for as many entries as the batch had (may be NULL)
  *
- * Return: 0 if every command succeeded, -EIO otherwise.
+ * Waits for the last kernel that reaped @b (tt_gio_submit_wait() or
+ * tt_gio_wait_cqe() since the last prep), nothing else: other streams may
+ * hold compute that waits on the caller.
+ *
+ * Return: 0 if every command succeeded, -EIO otherwise (or the wait
+ * failed), -EINVAL if no reaping kernel was launched since the last prep.
  */
 int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
 			uint16_t *status);

@@ -57,14 +57,18 @@ struct gp_txn {
 	std::vector<cudaEvent_t> ev_io, ev_done;
 	cudaEvent_t ev_begin;		// the lists' upload (h_stage reusable)
 	std::vector<uint8_t> st;
-	unsigned hung;			// its waits the watchdog fenced
+	unsigned hung;			// hang reports made for it
+	bool fenced;			// the watchdog fenced the path for it (wd_mu)
 };
 
-// A wait in progress, registered with the path's watchdog.
-struct gp_waiter {
+// Work in flight on the GPU (the lists' upload, a layer), watched until its
+// event completes: a hang is caught whoever waits for it, the store (wait,
+// finish) or only a compute stream ordered after it (order()).
+struct gp_flight {
 	struct gp_txn *t;
 	uint32_t layer;
-	const char *where;
+	cudaEvent_t ev;
+	const char *what;
 	std::chrono::steady_clock::time_point since;
 	bool fenced;			// the watchdog fenced the path for it
 	bool stuck_said;		// ... and said the fence did not bring it back
@@ -87,7 +91,7 @@ struct tt_gio_path {
 	std::atomic<bool> dead;		// fenced: refuses new transactions
 	std::mutex wd_mu;		// the watchdog's state below
 	std::condition_variable wd_cv;
-	std::vector<struct gp_waiter *> waiters;
+	std::vector<struct gp_flight> flights;
 	bool wd_stop;
 	std::thread watchdog;
 };
@@ -181,6 +185,9 @@ static int gp_txn_alloc(struct tt_gio_path *p, const struct tt_geometry *geo,
 }
 
 // A pooled state that fits @nm moving blocks of @geo, or a new one.
+// Bounded waits: the watchdog, the report and the fence of a hang.
+#include "gio_path_hang.cuh"
+
 static int gp_txn_get(struct tt_gio_path *p, const struct tt_geometry *geo, unsigned nm,
 		      struct gp_txn **out)
 {
@@ -226,6 +233,7 @@ static int gp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn)
 		return rc;
 	t->write = ti->write;
 	t->hung = 0;
+	t->fenced = false;
 	t->n = ti->n;
 	t->nm = nm;
 	t->moved.clear();
@@ -255,6 +263,7 @@ static int gp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn)
 		p->pool = t;
 		return rc;
 	}
+	gp_fly(t, 0, t->ev_begin, "the lists' upload (begin)");
 	*txn = t;
 	return 0;
 }
@@ -322,7 +331,7 @@ static int gp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
 		return -EINVAL;
 	if (t->nm == 0) {
 		t->st[layer] = GP_SUBMITTED;
-		return gp_err(cudaEventRecord(t->ev_done[layer], p->io));
+		return gp_err(cudaEventRecord(t->ev_done[layer], p->io));	// nothing to watch
 	}
 	rc = gp_layer_shape(t, layer, mem, &gl, &sd);
 	if (!rc)
@@ -350,6 +359,7 @@ static int gp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
 					    sizeof(unsigned), cudaMemcpyDeviceToHost, done_on));
 	// Even a failed layer gets its event: end() waits for what did start.
 	cudaEventRecord(t->ev_done[layer], done_on);
+	gp_fly(t, layer, t->ev_done[layer], "layer");
 	t->st[layer] = rc ? GP_FAILED : GP_SUBMITTED;
 	return rc;
 }
@@ -362,9 +372,6 @@ static int gp_order(void *txn, uint32_t layer, struct CUstream_st *stream)
 		return -EINVAL;
 	return gp_err(cudaStreamWaitEvent((cudaStream_t)stream, t->ev_done[layer], 0));
 }
-
-// Bounded waits: the watchdog, the report and the fence of a hang.
-#include "gio_path_hang.cuh"
 
 static int gp_wait(void *txn, uint32_t layer)
 {
@@ -454,6 +461,7 @@ static void gp_end(void *txn)
 	// Returns once every event is done: after a fence, the aborted
 	// commands came back and nothing moves into its memory any more.
 	gp_sync_all(t);
+	gp_land(t);
 	t->next = t->p->pool;
 	t->p->pool = t;
 }

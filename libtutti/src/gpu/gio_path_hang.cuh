@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //
 // gio_path_hang.cuh - the store gio path's bounded waits. Waits block in
-// cudaEventSynchronize, as before; a watchdog thread per path sees a wait
-// older than TUTTI_GIO_WAIT_TIMEOUT_S (default 60 s), dumps what tells a
-// hang's suspects apart (docs/gpu.md, Known issues) and fences the path: its
-// controller aborts every command, so the kernels and the wait end. Included
+// cudaEventSynchronize, as before; a watchdog thread per path watches the
+// work in flight (the lists' upload, each layer: its event), and work older
+// than TUTTI_GIO_WAIT_TIMEOUT_S (default 60 s) makes it dump what tells a
+// hang's suspects apart (docs/gpu.md, Known issues) and fence the path: its
+// controller aborts every command, so the kernels, the store's waits and
+// compute streams ordered after a layer all go on. Included
 // once, by gio_path.cu, where struct gp_txn is known.
 #ifndef TT_GIO_PATH_HANG_CUH
 #define TT_GIO_PATH_HANG_CUH
@@ -84,34 +86,74 @@ static void gp_fence(struct tt_gio_path *p)
 		tt_emu_abort(p->emu);
 }
 
-// One watchdog round (lock held): fence for every wait older than the
-// timeout, and say once of each fenced wait that the fence did not bring it
-// back within GP_DRAIN_S.
+// Watch @ev (recorded just now for @t's @layer) until it completes.
+static void gp_fly(struct gp_txn *t, uint32_t layer, cudaEvent_t ev, const char *what)
+{
+	struct tt_gio_path *p = t->p;
+	bool was_idle;
+
+	{
+		std::lock_guard<std::mutex> lk(p->wd_mu);
+
+		was_idle = p->flights.empty();
+		p->flights.push_back({t, layer, ev, what, std::chrono::steady_clock::now(), false,
+				      false});
+	}
+	if (was_idle)
+		p->wd_cv.notify_one();
+}
+
+// @t ended (every event of it done): stop watching it; its state goes back
+// to the pool and its events will be recorded again.
+static void gp_land(struct gp_txn *t)
+{
+	struct tt_gio_path *p = t->p;
+	std::lock_guard<std::mutex> lk(p->wd_mu);
+
+	p->flights.erase(std::remove_if(p->flights.begin(), p->flights.end(),
+					[t](const struct gp_flight &f) { return f.t == t; }),
+			 p->flights.end());
+}
+
+// One watchdog round (lock held): forget what completed; fence for work in
+// flight longer than the timeout, and say once of each that the fence did
+// not bring it back within GP_DRAIN_S.
 static void gp_watch_round(struct tt_gio_path *p)
 {
 	auto now = std::chrono::steady_clock::now();
 
-	for (struct gp_waiter *w : p->waiters) {
-		double secs = std::chrono::duration<double>(now - w->since).count();
+	for (size_t i = 0; i < p->flights.size();) {
+		struct gp_flight &f = p->flights[i];
+		double secs = std::chrono::duration<double>(now - f.since).count();
 
-		if (!w->fenced && secs > p->wait_timeout_s) {
-			w->fenced = true;
-			if (w->t->hung < 2)	// the second shows what the fence moved
-				gp_hang_report(w->t, w->layer, w->where, secs);
-			w->t->hung++;
+		if (cudaEventQuery(f.ev) != cudaErrorNotReady) {
+			cudaGetLastError();
+			p->flights.erase(p->flights.begin() + i);
+			continue;
+		}
+		i++;
+		if (!f.fenced && secs > p->wait_timeout_s) {
+			f.fenced = true;
+			f.t->fenced = true;
+			if (p->dead.load())	// fenced already: its abort is on the way
+				continue;
+			gp_hang_report(f.t, f.layer, f.what, secs);
+			f.t->hung++;
 			std::fprintf(stderr, "tutti gio_path: fenced: %s\n", p->emu ?
 				     "its controller aborts every command; the waits end as the "
 				     "aborted commands come back" : "no controller of its own to abort: "
-				     "the path refuses new transactions, this wait goes on");
+				     "the path refuses new transactions, this work may never end");
 			gp_fence(p);
-		} else if (w->fenced && !w->stuck_said &&
-			   secs > p->wait_timeout_s + GP_DRAIN_S) {
-			w->stuck_said = true;
-			std::fprintf(stderr, "tutti gio_path: %s: layer %u still not back %.0f s "
-				     "after the fence: the controller cannot even abort (its data "
-				     "movement is stuck). The wait goes on: returning would hand "
-				     "back memory a late copy can still write.\n", w->where,
-				     w->layer, GP_DRAIN_S);
+		} else if (f.fenced && !f.stuck_said && secs > p->wait_timeout_s + GP_DRAIN_S) {
+			f.stuck_said = true;
+			if (f.t->hung < 2) {	// the second report shows what the fence moved
+				gp_hang_report(f.t, f.layer, f.what, secs);
+				f.t->hung++;
+			}
+			std::fprintf(stderr, "tutti gio_path: %s %u still not back %.0f s after the "
+				     "fence: the controller cannot even abort (its data movement is "
+				     "stuck). Waits go on: returning would hand back memory a late "
+				     "copy can still write.\n", f.what, f.layer, GP_DRAIN_S);
 		}
 	}
 }
@@ -122,15 +164,15 @@ static void gp_watchdog_run(struct tt_gio_path *p)
 	bool dev_set = false;
 
 	while (!p->wd_stop) {
-		// Idle: sleep until a wait starts; else look every quarter timeout.
-		if (p->waiters.empty())
+		// Idle: sleep until work is in flight; else look every quarter timeout.
+		if (p->flights.empty())
 			p->wd_cv.wait(lk);
 		else
 			p->wd_cv.wait_for(lk, std::chrono::duration<double>(
 					  std::min(p->wait_timeout_s / 4, 0.5)));
-		if (p->wd_stop || p->waiters.empty())
+		if (p->wd_stop || p->flights.empty())
 			continue;
-		if (!dev_set) {		// the report's queries: the path's device
+		if (!dev_set) {		// its queries and the report's: the path's device
 			cudaSetDevice(p->device);
 			dev_set = true;
 		}
@@ -138,33 +180,27 @@ static void gp_watchdog_run(struct tt_gio_path *p)
 	}
 }
 
-// Block until @ev is done, as cudaEventSynchronize, watched: past the path's
-// timeout the watchdog reports and fences, and the aborted commands end the
-// wait. Return: 0, -EIO (CUDA error), -ETIMEDOUT (the watchdog fenced it).
+// Block until @ev is done, as cudaEventSynchronize. Bounded by the
+// watchdog: @ev is in flight (gp_fly), and past the path's timeout the
+// fence's aborted commands end the wait. Return: 0, -EIO (CUDA error),
+// -ETIMEDOUT (the watchdog fenced @t).
 static int gp_block(struct gp_txn *t, cudaEvent_t ev, uint32_t layer, const char *where)
 {
 	struct tt_gio_path *p = t->p;
-	struct gp_waiter w = {t, layer, where, std::chrono::steady_clock::now(), false, false};
 	cudaError_t r = cudaEventQuery(ev);
+	bool fenced;
 
-	if (r != cudaErrorNotReady)
-		return gp_err(r);
+	if (r == cudaErrorNotReady)
+		r = cudaEventSynchronize(ev);
 	{
 		std::lock_guard<std::mutex> lk(p->wd_mu);
 
-		p->waiters.push_back(&w);
+		fenced = t->fenced;
 	}
-	p->wd_cv.notify_one();
-	r = cudaEventSynchronize(ev);
-	{
-		std::lock_guard<std::mutex> lk(p->wd_mu);
-
-		p->waiters.erase(std::find(p->waiters.begin(), p->waiters.end(), &w));
-	}
-	if (w.fenced)
-		return tt_seterr(-ETIMEDOUT, "gio path: %s: layer %u not done after %.1f s: "
-				 "the path was fenced (TUTTI_GIO_WAIT_TIMEOUT_S; state dumped on "
-				 "stderr)", where, layer, p->wait_timeout_s);
+	if (fenced)
+		return tt_seterr(-ETIMEDOUT, "gio path: %s: layer %u: the transaction had work "
+				 "not done after %.1f s: the path was fenced (TUTTI_GIO_WAIT_TIMEOUT_S; "
+				 "state dumped on stderr)", where, layer, p->wait_timeout_s);
 	return gp_err(r);
 }
 

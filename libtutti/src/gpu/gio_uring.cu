@@ -44,9 +44,19 @@ struct tt_gio_batch {
 	int mode;
 	const struct tt_gio_iocb *iocbs;
 	struct tt_gio_layer layer;
-	uint16_t *status;		// device, max entries
+	// Host memory the GPU writes through (mapped): the result is read
+	// without a copy, which no stream of the caller's context could be
+	// trusted to run (its hardware queues may all be held by compute
+	// waiting for this very I/O).
+	uint16_t *hstatus;
+	uint16_t *status;		// hstatus's device address, max entries
 	unsigned *done;			// device counter, never reset
 	unsigned target;
+	// Recorded after each kernel that reaps the batch to its end
+	// (tt_gio_submit_wait, tt_gio_wait_cqe): what tt_gio_batch_result
+	// waits for, instead of every stream of the device.
+	cudaEvent_t reaped;
+	bool reap_launched;
 };
 
 // Submitting warps of block q take chunks q, q + nq, ... in turn.
@@ -256,7 +266,11 @@ extern "C" int tt_gio_batch_create(struct tt_gio *g, uint32_t max_cmds,
 		return -ENOMEM;
 	b->g = g;
 	b->max = max_cmds;
-	if (cudaMalloc(&b->status, max_cmds * sizeof(uint16_t)) != cudaSuccess) {
+	if (cudaHostAlloc(&b->hstatus, max_cmds * sizeof(uint16_t), cudaHostAllocMapped) != cudaSuccess ||
+	    cudaHostGetDevicePointer(&b->status, b->hstatus, 0) != cudaSuccess ||
+	    cudaEventCreateWithFlags(&b->reaped, cudaEventDisableTiming) != cudaSuccess) {
+		cudaGetLastError();
+		cudaFreeHost(b->hstatus);
 		delete b;
 		return -ENOMEM;
 	}
@@ -266,7 +280,8 @@ extern "C" int tt_gio_batch_create(struct tt_gio *g, uint32_t max_cmds,
 	    cudaStreamSynchronize(g->ctl) != cudaSuccess) {
 		cudaGetLastError();
 		cudaFree(b->done);
-		cudaFree(b->status);
+		cudaEventDestroy(b->reaped);
+		cudaFreeHost(b->hstatus);
 		delete b;
 		return -ENOMEM;
 	}
@@ -278,7 +293,8 @@ extern "C" void tt_gio_batch_destroy(struct tt_gio_batch *b)
 {
 	if (!b)
 		return;
-	cudaFree(b->status);
+	cudaEventDestroy(b->reaped);
+	cudaFreeHost(b->hstatus);
 	cudaFree(b->done);
 	delete b;
 }
@@ -291,6 +307,7 @@ extern "C" int tt_gio_prep_iocbs(struct tt_gio_batch *b,
 	b->mode = GIO_MODE_IOCBS;
 	b->iocbs = iocbs;
 	b->n = n;
+	b->reap_launched = false;
 	return 0;
 }
 
@@ -314,6 +331,7 @@ extern "C" int tt_gio_prep_layer(struct tt_gio_batch *b,
 	b->layer = *l;
 	b->iocbs = nullptr;
 	b->n = (uint32_t)n;
+	b->reap_launched = false;
 	return 0;
 }
 
@@ -354,12 +372,27 @@ static int gio_launch(void (*kernel)(struct gio_kargs), struct tt_gio *g, struct
 	return rc;
 }
 
+// After a launch (@rc) of a kernel that reaps @b to its end on @stream.
+static int gio_reaped_on(struct tt_gio_batch *b, struct CUstream_st *stream, int rc)
+{
+	if (rc)
+		return rc;
+	if (cudaEventRecord(b->reaped, (cudaStream_t)stream) != cudaSuccess) {
+		cudaGetLastError();
+		b->reap_launched = false;
+		return -EIO;
+	}
+	b->reap_launched = true;
+	return 0;
+}
+
 extern "C" int tt_gio_submit_wait(struct tt_gio *g, struct tt_gio_batch *b,
 				  struct CUstream_st *stream)
 {
 	if (!g || !b || b->g != g || b->n == 0)
 		return -EINVAL;
-	return gio_launch(gio_submit_wait_kernel, g, b, 32 * (g->warps + 1), stream);
+	return gio_reaped_on(b, stream,
+			     gio_launch(gio_submit_wait_kernel, g, b, 32 * (g->warps + 1), stream));
 }
 
 extern "C" int tt_gio_issue(struct tt_gio *g, struct tt_gio_batch *b,
@@ -378,29 +411,33 @@ extern "C" int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
 	if (!g || !b || b->g != g || b->n == 0)
 		return -EINVAL;
 	gio_args(b, &a);
-	return gio_cuda_err(tt_launch(gio_wait_kernel, g->nq, 32, (cudaStream_t)stream, a));
+	return gio_reaped_on(b, stream,
+			     gio_cuda_err(tt_launch(gio_wait_kernel, g->nq, 32, (cudaStream_t)stream, a)));
 }
 
 extern "C" int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
 				   uint16_t *status)
 {
-	std::vector<uint16_t> st;
-	uint16_t *s = status;
 	uint32_t i, bad = 0;
 
-	if (!b)
+	if (n_err && b)
+		*n_err = b->n;	// all failed, unless we get to know better
+	if (!b || !b->reap_launched)
 		return -EINVAL;
-	if (!s) {
-		st.resize(b->n);
-		s = st.data();
-	}
-	if (cudaDeviceSynchronize() != cudaSuccess ||
-	    cudaMemcpyAsync(s, b->status, b->n * sizeof(uint16_t), cudaMemcpyDeviceToHost,
-			    b->g->ctl) != cudaSuccess ||
-	    cudaStreamSynchronize(b->g->ctl) != cudaSuccess)
+	// Only the kernel that reaped the batch: a device-wide wait would also
+	// wait for compute that is itself waiting (an event, a flag) for the
+	// caller's next step, and never return.
+	if (cudaEventSynchronize(b->reaped) != cudaSuccess) {
+		cudaGetLastError();
 		return -EIO;
-	for (i = 0; i < b->n; i++)
-		bad += s[i] != 0;
+	}
+	for (i = 0; i < b->n; i++) {
+		uint16_t v = ((volatile uint16_t *)b->hstatus)[i];
+
+		if (status)
+			status[i] = v;
+		bad += v != 0;
+	}
 	if (n_err)
 		*n_err = bad;
 	return bad ? -EIO : 0;

@@ -1,6 +1,7 @@
 """GPU-driven NVMe queues (gio_uring.h): the GPU builds, submits and reaps the commands of a layer."""
 from __future__ import annotations
 
+import errno
 import weakref
 
 from ..model import Geometry
@@ -67,14 +68,19 @@ class GioBatch:
         """(failed commands, NVMe status of each command); synchronises with the batch."""
         n_err = ffi.new("uint32_t *")
         status = ffi.new("uint16_t[]", max(self.size, 1))
-        lib().tt_gio_batch_result(self.handle, n_err, status)
+        self._result(n_err, status)
         return int(n_err[0]), list(status)[: self.size]
 
     def errors(self) -> int:
         """Failed commands of the last completed use (synchronises)."""
         n_err = ffi.new("uint32_t *")
-        lib().tt_gio_batch_result(self.handle, n_err, ffi.NULL)
+        self._result(n_err, ffi.NULL)
         return int(n_err[0])
+
+    def _result(self, n_err, status) -> None:
+        rc = lib().tt_gio_batch_result(self.handle, n_err, status)
+        if rc != -errno.EIO:  # -EIO: some commands failed, n_err says how many
+            check(rc, "tt_gio_batch_result (was the batch reaped: submit_wait or wait_cqe?)")
 
     def close(self) -> None:
         """Free the batch (not in flight).  Idempotent."""
