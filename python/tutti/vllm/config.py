@@ -16,6 +16,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20
 
 WRITE_POLICIES = ("slack", "eager")
 SAVE_MODES = ("deferred", "step")
+LOAD_POLICIES = ("auto", "all")
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "tutti")
 
@@ -60,13 +61,14 @@ class TuttiConfig:
     write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
+    load_policy: str = "auto"                 # auto: load a hit only as far as loading beats recompute
     save_mode: str = "deferred"               # deferred: a save may outlive its step; step: committed in it
     max_pending_bytes: int | None = None      # deferred saves' bytes held at most (None: auto, pending.py)
     drain_bytes_per_step: int = 64 << 20      # carried-over writes a step submits (at least one layer)
     shutdown_drain_s: float = 10.0            # time shutdown gives pending saves, then drops the rest
 
     KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
-            "lookahead_layers", "write_policy", "save", "load", "save_mode", "max_pending_bytes",
+            "lookahead_layers", "write_policy", "save", "load", "load_policy", "save_mode", "max_pending_bytes",
             "drain_bytes_per_step", "shutdown_drain_s")
 
     @classmethod
@@ -119,6 +121,12 @@ class TuttiConfig:
                                   "step's reads are in flight) or 'eager' (each layer's write goes "
                                   f"at once), got {extra['write_policy']!r}")
             c.write_policy = extra["write_policy"]
+        if "load_policy" in extra:
+            if extra["load_policy"] not in LOAD_POLICIES:
+                raise ConfigError("load_policy: expected 'auto' (load a stored prefix only as far as "
+                                  "loading beats recomputing it, from rates measured while serving) or "
+                                  f"'all' (always the whole hit), got {extra['load_policy']!r}")
+            c.load_policy = extra["load_policy"]
         if "save_mode" in extra:
             if extra["save_mode"] not in SAVE_MODES:
                 raise ConfigError("save_mode: expected 'deferred' (a save may be written and committed "
@@ -173,6 +181,15 @@ class ModelShape:
         return cls(model_id=cfg.model_id or str(mc.model), dtype=str(dtype),
                    n_layers=mc.get_num_layers(pc), kv_heads=mc.get_num_kv_heads(pc),
                    head_dim=mc.get_head_size(), block_size=cc.block_size, tp_size=tp)
+
+    def block_bytes_per_rank(self) -> int:
+        """Bytes of one block's K and V over all layers on one TP rank (what a load moves)."""
+        from ..sched.model import dtype_bytes
+        try:
+            elem = dtype_bytes(self.dtype)
+        except ValueError:
+            elem = 2  # an unusual cache dtype: only the load planner's estimate uses this
+        return 2 * self.n_layers * self.block_size * self.kv_heads * self.head_dim * elem
 
     def fingerprint(self, tp_rank: int):
         from ..model import Fingerprint

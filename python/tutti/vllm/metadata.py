@@ -98,6 +98,10 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     failures: list = field(default_factory=list)
     unsaved: list = field(default_factory=list)
     drained: list = field(default_factory=list)
+    # For the load planner (tutti.sched.online): (rank, bytes, wall_s, stall_s) of finished loads,
+    # (rank, step, forward_s, stall_s) of forwards.
+    load_perf: list = field(default_factory=list)
+    step_perf: list = field(default_factory=list)
 
     def aggregate(self, other):
         if other is None:
@@ -106,4 +110,6 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
                                missing=self.missing + other.missing,
                                failures=self.failures + other.failures,
                                unsaved=self.unsaved + other.unsaved,
-                               drained=self.drained + getattr(other, "drained", []))
+                               drained=self.drained + getattr(other, "drained", []),
+                               load_perf=self.load_perf + getattr(other, "load_perf", []),
+                               step_perf=self.step_perf + getattr(other, "step_perf", []))

@@ -234,6 +234,7 @@ class SavesMixin:
     # --- the step's end -----------------------------------------------------------------
 
     def finish_save(self, meta=None):
+        self.note_forward_end()  # worker.py: before anything here waits
         self._sync_step(meta)
         # End of the step: the model has run every layer, so the reads are over (finish the
         # load if a layer was never waited for: its blocks count as failed).  Whether this

@@ -24,7 +24,7 @@ log = logging.getLogger("vllm.tutti")
 
 
 class _ReqState:
-    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save")
+    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "cut_blocks")
 
     def __init__(self, request):
         self.request = request
@@ -32,6 +32,7 @@ class _ReqState:
         self.local_tokens = 0    # vLLM's own prefix-cache hit, from the last match
         self.retries = 0         # uncommitted saves offered again so far
         self.last_save = 0       # last step that offered a save of its blocks
+        self.cut_blocks = 0      # stored blocks the load planner left to be recomputed
 
 
 class RankIndex:
@@ -119,6 +120,12 @@ class SchedulerSide:
         self.hold_next = set()   # held since the last step: named in the next metadata
         self.holding = set()     # held until the workers report them in finished_sending
         self.bad_out = set()     # vLLM blocks found bad, for the next metadata
+        # Loads only where they pay (load_policy auto): rates measured from the workers' reports.
+        self.planner = None
+        if cfg.load_policy == "auto":
+            from ..sched.online import LoadPlanner
+            self.planner = LoadPlanner(shape.block_bytes_per_rank(), self.block_size, shape.n_layers)
+        self.step_tokens = {}    # step -> tokens it computed, until rank 0 reports its time
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
             log.warning("tutti: prefix_caching_hash_algo=%s without PYTHONHASHSEED gives block hashes "
@@ -153,6 +160,10 @@ class SchedulerSide:
         if st is None:
             st = self.reqs[request.request_id] = _ReqState(request)
         st.local_tokens = num_computed_tokens
+        st.cut_blocks = 0
+        if self.planner is not None and last > first:
+            k = self.planner.blocks_to_load(last - first, request.num_prompt_tokens - num_computed_tokens)
+            st.cut_blocks, last = last - first - k, first + k
         return (last - first) * self.block_size, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -160,7 +171,9 @@ class SchedulerSide:
         if st is None:
             st = self.reqs[request.request_id] = _ReqState(request)
         query = request.num_prompt_tokens - st.local_tokens
-        self.stats.add(query_tokens=max(query, 0), hit_tokens=num_external_tokens)
+        self.stats.add(query_tokens=max(query, 0), hit_tokens=num_external_tokens,
+                       load_cut_tokens=st.cut_blocks * self.block_size)
+        st.cut_blocks = 0
         if num_external_tokens <= 0:
             return
         block_ids = blocks.get_block_ids()[0]
@@ -174,6 +187,9 @@ class SchedulerSide:
 
     def build_connector_meta(self, scheduler_output):
         self.step += 1
+        if self.planner is not None:
+            self.step_tokens[self.step] = getattr(scheduler_output, "total_num_scheduled_tokens", 0)
+            self.step_tokens.pop(self.step - 64, None)  # a step rank 0 never reported
         meta = TuttiMetadata(loads=self.pending_loads, step=self.step, acked=dict(self.acked))
         self.pending_loads = []
         finished = set(getattr(scheduler_output, "finished_req_ids", None) or ())
@@ -250,6 +266,8 @@ class SchedulerSide:
             return
         for rank, step in getattr(meta, "drained", ()):
             self.drained[rank] = max(self.drained.get(rank, 0), step)
+        if self.planner is not None:
+            self._take_perf(meta)
         for ev in meta.events:
             if 0 <= ev.rank < len(self.ranks):
                 self.ranks[ev.rank].apply(ev.slot, ev.key)
@@ -263,6 +281,16 @@ class SchedulerSide:
             if st is not None and first < st.next_save and st.retries < MAX_SAVE_RETRIES:
                 st.retries += 1
                 st.next_save = first
+
+    def _take_perf(self, meta):
+        """Rank 0's loads and forwards teach the planner (every rank moves its shard alike)."""
+        for rank, nbytes, wall_s, stall_s in getattr(meta, "load_perf", ()):
+            if rank == 0:
+                self.planner.observe_load(nbytes, wall_s, stall_s)
+        for rank, step, forward_s, stall_s in getattr(meta, "step_perf", ()):
+            tokens = self.step_tokens.pop(step, None) if rank == 0 else None
+            if tokens:
+                self.planner.observe_step(tokens, forward_s - stall_s)
 
     def _take_failure(self, f):
         """A worker's load failed in step ``f.step``: taint what was computed over it, offer the

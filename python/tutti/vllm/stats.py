@@ -16,6 +16,7 @@ except ImportError:  # the worker side without vLLM (its tests on the GPU machin
 COUNTERS = (
     "hit_tokens",        # scheduler: tokens promised from the store
     "query_tokens",      # scheduler: prompt tokens asked about
+    "load_cut_tokens",   # scheduler: stored tokens recomputed because loading them would not pay
     "load_blocks", "load_bytes", "load_s",
     "load_errors",       # blocks missing or failing their checksum: recomputed
     "corrupt_blocks",
@@ -70,6 +71,7 @@ class TuttiStats(KVConnectorStats):
         out["rw_overlap_ms"] = round(d.get("rw_overlap_s", 0) * 1e3, 1)
         q = d.get("query_tokens", 0)
         out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0
+        out["load_cut_tokens"] = d.get("load_cut_tokens", 0)
         return out
 
 

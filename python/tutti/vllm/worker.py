@@ -92,6 +92,7 @@ class _Load:
         self.waited = set()
         self.t0 = t0
         self.fault = fault  # fault_hooks
+        self.stall = 0.0    # seconds the forward sat waiting for its layers
 
 
 class WorkerSide(SavesMixin):
@@ -112,6 +113,12 @@ class WorkerSide(SavesMixin):
         self._unacked = {}      # seq -> LoadFailure the scheduler has not acknowledged
         self._noted = set()     # this step's failed blocks already in a LoadFailure
         self._unsaved = []      # (req_id, first) of save transfers not committed
+        # What the scheduler's load planner learns from (load_policy auto): finished loads and
+        # forwards, sent with the worker metadata.
+        self._perf = cfg.load_policy == "auto"
+        self._load_perf, self._step_perf = [], []
+        self._fwd = None        # (start, step) of the forward in progress
+        self._stall = 0.0       # its seconds waiting for loads
         self._init_saves(cfg)   # saves.py
 
     # --- set-up ---------------------------------------------------------------------
@@ -145,6 +152,8 @@ class WorkerSide(SavesMixin):
     def start_load(self, meta):
         self._finish_load()  # a previous step's load that never saw its last layer
         self._sync_step(meta)
+        if self._perf and meta is not None:
+            self._fwd, self._stall = (time.perf_counter(), meta.step), 0.0
         if not meta.loads or self.store is None:
             return
         keys, ids = [], []
@@ -201,7 +210,11 @@ class WorkerSide(SavesMixin):
             return
         try:
             self._submit_upto(min(layer + 1, ld.n_layers))
+            t = time.perf_counter()
             self.io.loaded(ld.txn, layer)
+            t = time.perf_counter() - t
+            ld.stall += t
+            self._stall += t
             ld.waited.add(layer)
             self._note_io()
             # Reads first: the next read is due now (the model starts this layer), so it
@@ -247,6 +260,8 @@ class WorkerSide(SavesMixin):
             self._events.append(SlotEvent(self.rank, s, None))
         self.stats.add(load_blocks=ok, load_bytes=ok * self.layout.block_bytes, load_s=dt,
                        load_errors=len(status) - ok)
+        if self._perf and ok == len(status):
+            self._load_perf = self._load_perf[-15:] + [(self.rank, ok * self.layout.block_bytes, dt, ld.stall)]
         self._reads_over()  # after the errors are known: a failed load fences the writes
 
     def _submit_upto_all(self, ld):
@@ -311,16 +326,27 @@ class WorkerSide(SavesMixin):
         """True while a failed load may have fed the model's KV: saves are not committed."""
         return bool(self._errors) or bool(self._unacked)
 
+    def note_forward_end(self):
+        """The model ran its last layer (wait_for_save): the forward's time, for the planner."""
+        if self._fwd is not None:
+            t0, step = self._fwd
+            self._fwd = None
+            self._step_perf = self._step_perf[-15:] + [(self.rank, step, time.perf_counter() - t0,
+                                                        self._stall)]
+
     def take_worker_meta(self):
         drained = self.drained_step() if self._deferred else None
         new_drained = drained != self._drained_sent
-        if not (self._events or self._missing or self._unacked or self._unsaved or new_drained):
+        if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
+                or self._load_perf or self._step_perf):
             return None
         meta = TuttiWorkerMeta(events=self._events, missing=self._missing,
                                failures=list(self._unacked.values()), unsaved=self._unsaved,
-                               drained=[(self.rank, drained)] if new_drained else [])
+                               drained=[(self.rank, drained)] if new_drained else [],
+                               load_perf=self._load_perf, step_perf=self._step_perf)
         self._drained_sent = drained
         self._events, self._missing, self._unsaved = [], [], []
+        self._load_perf, self._step_perf = [], []
         return meta
 
     def close(self):
