@@ -11,10 +11,17 @@ a load error, so vLLM recomputes.  A stale hint costs time, never correctness:
 a block that failed to load is never stored again under a key, and nothing
 computed over it is saved (the workers' fence, then taint.py), until vLLM has
 recomputed it.
+
+Write admission (``write_budget``, admission.py): every request's first lookup tells the policy
+which prompt blocks were asked for, and each step's saves go through it before they are offered.
+A save it refuses is never offered to the workers (see ``_admit``).
 """
 import logging
 import os
+import re
 
+from ..admission import Admission, parse_budget
+from ..admission import Save as SaveCandidate
 from .metadata import BlockTransfer, TuttiMetadata
 from .taint import KVTaint
 
@@ -24,7 +31,7 @@ log = logging.getLogger("vllm.tutti")
 
 
 class _ReqState:
-    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save")
+    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "observed")
 
     def __init__(self, request):
         self.request = request
@@ -32,6 +39,7 @@ class _ReqState:
         self.local_tokens = 0    # vLLM's own prefix-cache hit, from the last match
         self.retries = 0         # uncommitted saves offered again so far
         self.last_save = 0       # last step that offered a save of its blocks
+        self.observed = False    # its prompt blocks were counted by the write admission
 
 
 class RankIndex:
@@ -119,6 +127,8 @@ class SchedulerSide:
         self.hold_next = set()   # held since the last step: named in the next metadata
         self.holding = set()     # held until the workers report them in finished_sending
         self.bad_out = set()     # vLLM blocks found bad, for the next metadata
+        self.admission = self._make_admission(cfg)  # None: no write budget (everything offered)
+        self._block_bytes = None
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
             log.warning("tutti: prefix_caching_hash_algo=%s without PYTHONHASHSEED gives block hashes "
@@ -141,6 +151,7 @@ class SchedulerSide:
     # --- vLLM hooks ---------------------------------------------------------------
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        self._observe(request)
         if not self.cfg.load:
             return 0, False
         first = num_computed_tokens // self.block_size
@@ -193,7 +204,7 @@ class SchedulerSide:
         for i, req_id in enumerate(cached.req_ids):
             new_computed[req_id] = cached.num_computed_tokens[i]
         block_state = getattr(scheduler_output, "kv_connector_block_state", None)
-        seen = set()
+        seen, offers = set(), []
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self.reqs.get(req_id)
             if st is None or req_id not in new_computed:
@@ -219,20 +230,100 @@ class SchedulerSide:
                 block_ids = self._block_ids_fallback(req_id)
             if block_ids is None or len(block_ids) < upto:
                 continue
+            blocks = [(b, self.key(req.block_hashes[b])) for b in range(st.next_save, upto)]
+            blocks = [(b, k, block_ids[b]) for b, k in blocks if not self.present(k)]
+            # Considered now, offered or not: a save admission refuses is not offered again (its
+            # blocks stay unstored unless a later request saves them); a retry (unsaved) or a
+            # failed load moves next_save back as before.
+            st.next_save = upto
+            if blocks:
+                offers.append((req_id, st, upto, blocks))
+        for req_id, st, _, blocks in self._admit(offers):
             keys, ids, first = [], [], None
-            for b in range(st.next_save, upto):
-                k = self.key(req.block_hashes[b])
-                if k in seen or self.present(k):
+            for b, k, i in blocks:
+                if k in seen:
                     continue
                 seen.add(k)
                 keys.append(k)
-                ids.append(block_ids[b])
+                ids.append(i)
                 first = b if first is None else first
-            st.next_save = upto
             if keys:
                 meta.saves.append(BlockTransfer(req_id, keys, ids, first))
                 st.last_save = self.step
         return meta
+
+    # --- write admission (admission.py) ---------------------------------------------
+
+    def _make_admission(self, cfg):
+        if cfg.write_budget is None:
+            return None
+        capacity = cfg.capacity
+        snap = self.ranks[0]._snapshot() if self.ranks else None
+        if snap is not None:  # the store exists: its real size, not the one a new store would get
+            capacity = snap.geometry.n_slots * snap.geometry.block_bytes
+        return Admission(parse_budget(cfg.write_budget, capacity), cfg.write_admission,
+                         seen_capacity=1 << 18)
+
+    def block_bytes(self):
+        """Bytes one block costs to write on one rank's store (the budget is per rank: every rank
+        writes its share of the same blocks): the store's own size when it exists, else the
+        model's KV shape (K and V per layer)."""
+        if self._block_bytes is None:
+            snap = self.ranks[0]._snapshot() if self.ranks else None
+            if snap is not None:
+                self._block_bytes = snap.geometry.block_bytes
+            else:
+                m = re.search(r"(8|16|32|64)", self.shape.dtype)
+                elem = int(m.group(1)) // 8 if m else 2
+                sh = self.shape
+                self._block_bytes = 2 * sh.n_layers * sh.kv_heads * sh.head_dim * sh.block_size * elem
+        return self._block_bytes
+
+    def _observe(self, request):
+        """A request's first lookup: each of its full prompt blocks was asked for once more (a
+        request looked up again, e.g. after waiting for memory or a preemption, counts once)."""
+        if self.admission is None:
+            return
+        st = self.reqs.get(request.request_id)
+        if st is None:
+            st = self.reqs[request.request_id] = _ReqState(request)
+        if st.observed:
+            return
+        st.observed = True
+        n = min(request.num_prompt_tokens // self.block_size, len(request.block_hashes))
+        self.admission.observe(hash(h) for h in request.block_hashes[:n])
+
+    def _admit(self, offers):
+        """The step's saves admission lets through, in the order to offer them.
+
+        One candidate per request: its new blocks, named by the hash of the last one (the
+        prefix a later request must share for the whole save to hit).  The bucket is charged
+        with the bytes *offered* (admission.py charges in ``admit``), not the bytes committed:
+        the decision must be made now, while commits are reported steps later by the workers,
+        and the drive wears with every write that goes out, also one whose save is later dropped
+        or not committed.  A refused save is simply not offered: nothing of it reaches the
+        workers, so it is neither an error nor a drop (counted as ``save_skipped``)."""
+        if self.admission is None or not offers:
+            return offers
+        bb = self.block_bytes()
+        cands = [SaveCandidate(hash(st.request.block_hashes[upto - 1]), upto * self.block_size,
+                               len(blocks) * bb) for _, st, upto, blocks in offers]
+        pressure = self.admission.counters["pressure_steps"]
+        chosen = self.admission.admit(cands)
+        at = {id(c): i for i, c in enumerate(cands)}
+        picked = [offers[at[id(c)]] for c in chosen]
+        skipped = set(range(len(offers))) - {at[id(c)] for c in chosen}
+        n_ok = sum(len(o[3]) for o in picked)
+        n_skip = sum(len(offers[i][3]) for i in skipped)
+        unseen = sum(len(offers[i][3]) for i in skipped
+                     if not self.admission.seen_before(cands[i].prefix))
+        self.stats.add(save_admitted=n_ok, save_admitted_bytes=n_ok * bb, save_skipped=n_skip,
+                       save_skipped_bytes=n_skip * bb, save_skipped_unseen=unseen,
+                       admission_pressure_steps=self.admission.counters["pressure_steps"] - pressure)
+        state = self.admission.stats()
+        self.stats.set(write_budget_bytes_per_day=state["budget_bytes_per_day"],
+                       write_budget_left_bytes=int(state["budget_tokens"]))
+        return picked
 
     def _block_ids_fallback(self, req_id):
         mgr = getattr(self, "kv_cache_manager", None)
