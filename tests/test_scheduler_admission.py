@@ -107,6 +107,32 @@ def test_spent_budget_admits_only_the_saves_worth_most(tmp_path):
     assert saved(meta) == {"C": [0, 1, 2]} and s.stats.data["save_admitted"] == 14
 
 
+def mixed(req_id, shared, own):
+    """A request whose first ``shared`` blocks are chain P's (a document), then ``own`` of its own."""
+    r = Req(req_id, shared + own)
+    r.block_hashes = [f"P-h{i}".encode() for i in range(shared)] + r.block_hashes[shared:]
+    return r
+
+
+def test_a_shared_head_is_saved_without_its_own_tail(tmp_path):
+    s, clock = scheduler(tmp_path, write_budget=BUDGET)
+    prefill(s, [Req("A", 8)])
+    clock.t += 2 * REFILL_S  # 4 blocks
+    s.get_num_new_matched_tokens(Req("D", 3, chain="P"), 0)
+    meta = prefill(s, [mixed("E", 3, 2)])
+    assert saved(meta) == {"E": [0, 1, 2]}
+    assert s.stats.data["save_skipped"] == 2 and s.stats.data["save_skipped_unseen"] == 2
+
+
+def test_a_tail_is_not_saved_after_a_refused_head(tmp_path):
+    s, clock = scheduler(tmp_path, write_budget=BUDGET)
+    prefill(s, [Req("A", 8)])
+    clock.t += 2 * REFILL_S  # 4 blocks: the 5 shared do not fit, the one of E's own would
+    s.get_num_new_matched_tokens(Req("D", 5, chain="P"), 0)
+    meta = prefill(s, [mixed("E", 5, 1)])
+    assert meta.saves == [] and s.stats.data["save_skipped"] == 6
+
+
 def test_second_hit_never_writes_a_first_sighting_under_pressure(tmp_path):
     s, clock = scheduler(tmp_path, write_budget=BUDGET, write_admission="second_hit")
     prefill(s, [Req("A", 8)])

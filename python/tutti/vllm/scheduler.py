@@ -294,36 +294,62 @@ class SchedulerSide:
         self.admission.observe(hash(h) for h in request.block_hashes[:n])
 
     def _admit(self, offers):
-        """The step's saves admission lets through, in the order to offer them.
+        """The step's saves admission lets through (in the step's order), each with the blocks
+        admitted of it.
 
-        One candidate per request: its new blocks, named by the hash of the last one (the
-        prefix a later request must share for the whole save to hit).  The bucket is charged
-        with the bytes *offered* (admission.py charges in ``admit``), not the bytes committed:
-        the decision must be made now, while commits are reported steps later by the workers,
-        and the drive wears with every write that goes out, also one whose save is later dropped
-        or not committed.  A refused save is simply not offered: nothing of it reaches the
-        workers, so it is neither an error nor a drop (counted as ``save_skipped``)."""
-        if self.admission is None or not offers:
+        A request's new blocks are split where its prefix stops being one an earlier request
+        asked for too: the *seen* head (the documents many requests share) and the rest (its own
+        question); each is a candidate named by the hash of its last block and ranked by
+        admission.py.  Heads are decided first; a tail is considered only when the blocks
+        before it go too (a block is found only after its whole prefix: a tail stored after a
+        refused head would be written for nothing).
+
+        The bucket is charged with the bytes *offered* (admission.py charges in ``admit``), not
+        the bytes committed: the decision is made now, while commits are reported steps later by
+        the workers, and the drive wears with every write that goes out, also one whose save is
+        later dropped or not committed.  A refused save is simply not offered: nothing of it
+        reaches the workers, so it is neither an error nor a drop (counted as ``save_skipped``);
+        next_save has moved past it, so it is not offered again."""
+        adm = self.admission
+        if adm is None or not offers:
             return offers
         bb = self.block_bytes()
-        cands = [SaveCandidate(hash(st.request.block_hashes[upto - 1]), upto * self.block_size,
-                               len(blocks) * bb) for _, st, upto, blocks in offers]
-        pressure = self.admission.counters["pressure_steps"]
-        chosen = self.admission.admit(cands)
-        at = {id(c): i for i, c in enumerate(cands)}
-        picked = [offers[at[id(c)]] for c in chosen]
-        skipped = set(range(len(offers))) - {at[id(c)] for c in chosen}
-        n_ok = sum(len(o[3]) for o in picked)
-        n_skip = sum(len(offers[i][3]) for i in skipped)
-        unseen = sum(len(offers[i][3]) for i in skipped
-                     if not self.admission.seen_before(cands[i].prefix))
+        heads, tails = {}, {}
+        for i, (_, st, _, blocks) in enumerate(offers):
+            hashes = st.request.block_hashes
+            n = 0
+            while n < len(blocks) and adm.seen_before(hash(hashes[blocks[n][0]])):
+                n += 1
+            for part, pieces in ((blocks[:n], heads), (blocks[n:], tails)):
+                if part:
+                    last = part[-1][0]
+                    pieces[i] = (SaveCandidate(hash(hashes[last]), (last + 1) * self.block_size,
+                                               len(part) * bb), part)
+        pressure = adm.counters["pressure_steps"]
+        ok_heads = self._admitted(heads)
+        ok_tails = self._admitted({i: t for i, t in tails.items() if i not in heads or i in ok_heads})
+        picked, n_ok, n_skip, unseen = [], 0, 0, 0
+        for i, (req_id, st, upto, blocks) in enumerate(offers):
+            part = ok_heads.get(i, []) + (ok_tails.get(i, []) if i not in heads or i in ok_heads else [])
+            n_ok += len(part)
+            n_skip += len(blocks) - len(part)
+            unseen += len(tails[i][1]) if i in tails and i not in ok_tails else 0
+            if part:
+                picked.append((req_id, st, upto, part))
         self.stats.add(save_admitted=n_ok, save_admitted_bytes=n_ok * bb, save_skipped=n_skip,
                        save_skipped_bytes=n_skip * bb, save_skipped_unseen=unseen,
-                       admission_pressure_steps=self.admission.counters["pressure_steps"] - pressure)
-        state = self.admission.stats()
+                       admission_pressure_steps=min(adm.counters["pressure_steps"] - pressure, 1))
+        state = adm.stats()
         self.stats.set(write_budget_bytes_per_day=state["budget_bytes_per_day"],
                        write_budget_left_bytes=int(state["budget_tokens"]))
         return picked
+
+    def _admitted(self, cands):
+        """{offer index: (candidate, blocks)} -> {offer index: blocks} of those admitted."""
+        if not cands:
+            return {}
+        chosen = {id(c) for c in self.admission.admit([c for c, _ in cands.values()])}
+        return {i: part for i, (c, part) in cands.items() if id(c) in chosen}
 
     def _block_ids_fallback(self, req_id):
         mgr = getattr(self, "kv_cache_manager", None)
