@@ -94,6 +94,7 @@ def test_stats_aggregate_reduce_and_prometheus():
 
 
 def test_budget_gauges_keep_the_latest_value_and_reach_prometheus():
+    import functools
     from types import SimpleNamespace as NS
 
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -108,7 +109,7 @@ def test_budget_gauges_keep_the_latest_value_and_reach_prometheus():
     assert a.data["write_budget_left_bytes"] == -5 and a.data["save_skipped"] == 3
     assert "tutti_vllm_write_budget_left_bytes -5" in prometheus_text(a.data)
     reg = CollectorRegistry()
-    types = {cls: (lambda cls: lambda **kw: cls(registry=reg, **kw))(cls) for cls in (Counter, Gauge, Histogram)}
+    types = {cls: functools.partial(cls, registry=reg) for cls in (Counter, Gauge, Histogram)}
     prom = build_prom_metrics(NS(kv_transfer_config=None), types, ["engine"], {0: ["0"]})
     prom.observe(a.data, 0)
     assert reg.get_sample_value("tutti:save_skipped_total", {"engine": "0"}) == 3
