@@ -196,3 +196,25 @@ def test_budget_in_drive_writes_per_day_is_of_the_store_capacity(tmp_path):
     assert s.admission.rate * 86400 == pytest.approx(0.5 * (1 << 30))
     c = TuttiConfig.from_extra({"write_budget": "10GiB/h", "write_admission": "second_hit"})
     assert c.write_budget == "10GiB/h" and c.write_admission == "second_hit"
+
+
+def test_later_blocks_wait_behind_a_refused_one_until_it_is_stored(tmp_path):
+    s, clock = scheduler(tmp_path, write_budget=BUDGET)
+    prefill(s, [Req("A", 8)])
+    clock.t += 2 * REFILL_S  # 4 blocks
+    f = Req("F", 8)
+    s.get_num_new_matched_tokens(f, 0)
+    s.update_state_after_alloc(f, None, 0)
+    # Chunked prefill: the first chunk (6 blocks) does not fit and is refused.
+    assert s.build_connector_meta(output([new("F", 10)], sched={"F": 6 * BS})).saves == []
+    clock.t += 3600  # a full bucket again: no pressure
+    # The next chunk alone would be found by nobody (blocks 0..5 are not stored): not offered.
+    meta = s.build_connector_meta(output(cached=[("F", 6 * BS)], sched={"F": f.num_prompt_tokens - 6 * BS}))
+    assert meta.saves == [] and s.stats.data["save_skipped"] == 8
+    # Another request stores that prefix (its commit reported): F's blocks after it go again.
+    s.update_connector_output(NS(kv_connector_worker_meta=TuttiWorkerMeta(
+        events=[NS(rank=0, slot=i, key=s.key(h)) for i, h in enumerate(f.block_hashes[:8])])))
+    f.num_prompt_tokens += 2 * BS
+    f.block_hashes += [b"F-h8", b"F-h9"]
+    meta = s.build_connector_meta(output(cached=[("F", 8 * BS + 1)], sched={"F": 2 * BS}))
+    assert saved(meta) == {"F": [8, 9]} and s.reqs["F"].gap is None

@@ -31,7 +31,7 @@ log = logging.getLogger("vllm.tutti")
 
 
 class _ReqState:
-    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "observed")
+    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "observed", "gap")
 
     def __init__(self, request):
         self.request = request
@@ -40,6 +40,7 @@ class _ReqState:
         self.retries = 0         # uncommitted saves offered again so far
         self.last_save = 0       # last step that offered a save of its blocks
         self.observed = False    # its prompt blocks were counted by the write admission
+        self.gap = None          # first block the write admission refused (later ones go after it)
 
 
 class RankIndex:
@@ -302,7 +303,8 @@ class SchedulerSide:
         question); each is a candidate named by the hash of its last block and ranked by
         admission.py.  Heads are decided first; a tail is considered only when the blocks
         before it go too (a block is found only after its whole prefix: a tail stored after a
-        refused head would be written for nothing).
+        refused head would be written for nothing), and for the same reason a request's later
+        blocks are not offered while one it had refused is still not stored (``gap``).
 
         The bucket is charged with the bytes *offered* (admission.py charges in ``admit``), not
         the bytes committed: the decision is made now, while commits are reported steps later by
@@ -317,6 +319,8 @@ class SchedulerSide:
         heads, tails = {}, {}
         for i, (_, st, _, blocks) in enumerate(offers):
             hashes = st.request.block_hashes
+            if self._behind_gap(st, blocks[0][0]):
+                continue  # an earlier block of it was refused and is still not stored
             n = 0
             while n < len(blocks) and adm.seen_before(hash(hashes[blocks[n][0]])):
                 n += 1
@@ -336,6 +340,9 @@ class SchedulerSide:
             unseen += len(tails[i][1]) if i in tails and i not in ok_tails else 0
             if part:
                 picked.append((req_id, st, upto, part))
+            if len(part) < len(blocks):
+                refused = blocks[len(part)][0]
+                st.gap = refused if st.gap is None else min(st.gap, refused)
         self.stats.add(save_admitted=n_ok, save_admitted_bytes=n_ok * bb, save_skipped=n_skip,
                        save_skipped_bytes=n_skip * bb, save_skipped_unseen=unseen,
                        admission_pressure_steps=min(adm.counters["pressure_steps"] - pressure, 1))
@@ -343,6 +350,18 @@ class SchedulerSide:
         self.stats.set(write_budget_bytes_per_day=state["budget_bytes_per_day"],
                        write_budget_left_bytes=int(state["budget_tokens"]))
         return picked
+
+    def _behind_gap(self, st, first):
+        """Would blocks from ``first`` on be stored behind a refused block that is still not
+        stored (so a lookup never reaches them)?  Clears the gap once it is filled (another
+        request stored those blocks) or offered again (a retry starts at or before it)."""
+        if st.gap is None:
+            return False
+        hashes = st.request.block_hashes
+        if any(not self.present(self.key(hashes[b])) for b in range(st.gap, first)):
+            return True
+        st.gap = None
+        return False
 
     def _admitted(self, cands):
         """{offer index: (candidate, blocks)} -> {offer index: blocks} of those admitted."""
