@@ -18,7 +18,6 @@ A save it refuses is never offered to the workers (see ``_admit``).
 """
 import logging
 import os
-import re
 
 from ..admission import Admission, parse_budget
 from ..admission import Save as SaveCandidate
@@ -274,9 +273,12 @@ class SchedulerSide:
             if snap is not None:
                 self._block_bytes = snap.geometry.block_bytes
             else:
-                m = re.search(r"(8|16|32|64)", self.shape.dtype)
-                elem = int(m.group(1)) // 8 if m else 2
+                from ..sched.model import dtype_bytes
                 sh = self.shape
+                try:
+                    elem = dtype_bytes(sh.dtype)
+                except ValueError:
+                    elem = 2  # an unusual cache dtype: an estimate until the store exists
                 self._block_bytes = 2 * sh.n_layers * sh.kv_heads * sh.head_dim * sh.block_size * elem
         return self._block_bytes
 
