@@ -78,6 +78,9 @@ def parse_args(argv=None):
                     help="vLLM's KV cache (default: 1/3 of one rate's documents' KV, at least 2 "
                          "requests' worth)")
     ap.add_argument("--max-tokens", type=int, default=2)
+    ap.add_argument("--write-budget", default=None,
+                    help="TuttiConnector's write_budget for the tutti configurations (e.g. 300MiB/day)")
+    ap.add_argument("--write-admission", default=None, help="TuttiConnector's write_admission")
     ap.add_argument("--runs", type=int, default=1, help="repeat every configuration; medians reported")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="default: a temporary directory on /var/tmp (removed)")
@@ -142,7 +145,7 @@ def model_shape(model_dir):
     return mc, per_token
 
 
-def kv_config(name, work, capacity):
+def kv_config(name, work, capacity, admission=None):
     if name == "none":
         return None
     if name == "example":
@@ -153,7 +156,7 @@ def kv_config(name, work, capacity):
                 "kv_connector_extra_config": {"cpu_bytes_to_use": 1 << 30}}
     return {"kv_connector": "TuttiConnector", "kv_connector_module_path": "tutti.vllm", "kv_role": "kv_both",
             "kv_connector_extra_config": {"path": os.path.join(work, "store", "kv.img"),
-                                          "capacity": f"{capacity >> 20}MiB"}}
+                                          "capacity": f"{capacity >> 20}MiB", **(admission or {})}}
 
 
 def key_list(results):
@@ -173,7 +176,8 @@ def run_config(name, ctx, work):
     print(f"serving: {name}: starting the server ...", file=sys.stderr, flush=True)
     srv = serve.Server(model=ctx["model"], log_path=os.path.join(work, "server.log"),
                        env=serve.server_env(work, env_extra),
-                       kv_transfer_config=kv_config(name, work, ctx["capacity"]), block_size=BLOCK,
+                       kv_transfer_config=kv_config(name, work, ctx["capacity"], ctx["admission"]),
+                       block_size=BLOCK,
                        max_model_len=ctx["max_model_len"], kv_cache_bytes=ctx["kv_cache_bytes"],
                        extra_args=["--max-num-batched-tokens", str(ctx["max_batched"])])
     try:
@@ -238,7 +242,10 @@ def build_context(args, tmp):
     kv_cache = (args.kv_cache_mib << 20 if args.kv_cache_mib else
                 max(2 * request_bytes, args.docs * doc_bytes // 3))
     stored_docs = args.cold + n_rates * args.docs
+    admission = {k: v for k, v in (("write_budget", args.write_budget),
+                                   ("write_admission", args.write_admission)) if v is not None}
     ctx = dict(args=args, model=model, model_config=mc, kv_per_token=per_token, doc_bytes=doc_bytes,
+               admission=admission,
                kv_cache_bytes=kv_cache, max_model_len=prompt_tokens + args.max_tokens + BLOCK,
                # a whole prompt in one step, in every configuration (no chunked prefill)
                max_batched=max(2048, prompt_tokens + args.max_tokens + BLOCK),

@@ -91,3 +91,26 @@ def test_stats_aggregate_reduce_and_prometheus():
     assert "# TYPE tutti_vllm_load_seconds counter" in text
     assert "tutti_vllm_load_seconds_total 0.5" in text
     assert "tutti_vllm_hit_tokens_total 96" in text
+
+
+def test_budget_gauges_keep_the_latest_value_and_reach_prometheus():
+    import functools
+    from types import SimpleNamespace as NS
+
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+    from tutti.vllm.stats import TuttiStats, build_prom_metrics, prometheus_text
+    a, b = TuttiStats(), TuttiStats()
+    a.add(save_skipped=3)
+    a.set(write_budget_bytes_per_day=100, write_budget_left_bytes=40)
+    b.set(write_budget_bytes_per_day=100, write_budget_left_bytes=-5)
+    assert b.is_empty()  # gauges alone are no news
+    a.aggregate(b)
+    assert a.data["write_budget_left_bytes"] == -5 and a.data["save_skipped"] == 3
+    assert "tutti_vllm_write_budget_left_bytes -5" in prometheus_text(a.data)
+    reg = CollectorRegistry()
+    types = {cls: functools.partial(cls, registry=reg) for cls in (Counter, Gauge, Histogram)}
+    prom = build_prom_metrics(NS(kv_transfer_config=None), types, ["engine"], {0: ["0"]})
+    prom.observe(a.data, 0)
+    assert reg.get_sample_value("tutti:save_skipped_total", {"engine": "0"}) == 3
+    assert reg.get_sample_value("tutti:write_budget_left_bytes", {"engine": "0"}) == -5

@@ -66,10 +66,12 @@ class TuttiConfig:
     max_pending_bytes: int | None = None      # deferred saves' bytes held at most (None: auto, pending.py)
     drain_bytes_per_step: int = 64 << 20      # carried-over writes a step submits (at least one layer)
     shutdown_drain_s: float = 10.0            # time shutdown gives pending saves, then drops the rest
+    write_budget: str | int | float | None = None  # SSD write budget (admission.py); None: no budget
+    write_admission: str = "expected_value"   # which saves a spent budget still writes (admission.py)
 
     KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
             "lookahead_layers", "write_policy", "save", "load", "load_policy", "save_mode", "max_pending_bytes",
-            "drain_bytes_per_step", "shutdown_drain_s")
+            "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission")
 
     @classmethod
     def from_extra(cls, extra: dict) -> "TuttiConfig":
@@ -142,6 +144,7 @@ class TuttiConfig:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 3600:
                 raise ConfigError(f"shutdown_drain_s: expected seconds between 0 and 3600, got {t!r}")
             c.shutdown_drain_s = float(t)
+        _write_admission(c, extra)
         return c
 
     def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:
@@ -149,6 +152,24 @@ class TuttiConfig:
         from ..tp.shard import rank_paths
         return rank_paths(self.path or [os.path.join(DEFAULT_DIR, _safe_name(model_id) + ".tutti")],
                           rank, tp_size)
+
+
+def _write_admission(c, extra):
+    """``write_budget`` is kept as given (a dwpd budget needs the store's real capacity, which the
+    scheduler side reads from the store); here it is only checked, against ``capacity``."""
+    from ..admission import POLICIES, parse_budget
+    if extra.get("write_budget") is not None:
+        try:
+            parse_budget(extra["write_budget"], c.capacity)
+        except ValueError as e:
+            raise ConfigError(f"write_budget: {e} (e.g. '200GB/day', '10GiB/h', '0.3dwpd' or bytes "
+                              "per day)") from None
+        c.write_budget = extra["write_budget"]
+    if "write_admission" in extra:
+        if extra["write_admission"] not in POLICIES:
+            raise ConfigError(f"write_admission: expected one of {', '.join(POLICIES)}, got "
+                              f"{extra['write_admission']!r}")
+        c.write_admission = extra["write_admission"]
 
 
 def _safe_name(model_id):

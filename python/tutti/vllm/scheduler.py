@@ -11,10 +11,16 @@ a load error, so vLLM recomputes.  A stale hint costs time, never correctness:
 a block that failed to load is never stored again under a key, and nothing
 computed over it is saved (the workers' fence, then taint.py), until vLLM has
 recomputed it.
+
+Write admission (``write_budget``, admission.py): every request's first lookup tells the policy
+which prompt blocks were asked for, and each step's saves go through it before they are offered.
+A save it refuses is never offered to the workers (see ``_admit``).
 """
 import logging
 import os
 
+from ..admission import Admission, parse_budget
+from ..admission import Save as SaveCandidate
 from .metadata import BlockTransfer, TuttiMetadata
 from .taint import KVTaint
 
@@ -24,7 +30,8 @@ log = logging.getLogger("vllm.tutti")
 
 
 class _ReqState:
-    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "cut_blocks")
+    __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "cut_blocks", "observed",
+                 "gap")
 
     def __init__(self, request):
         self.request = request
@@ -33,6 +40,8 @@ class _ReqState:
         self.retries = 0         # uncommitted saves offered again so far
         self.last_save = 0       # last step that offered a save of its blocks
         self.cut_blocks = 0      # stored blocks the load planner left to be recomputed
+        self.observed = False    # its prompt blocks were counted by the write admission
+        self.gap = None          # first block the write admission refused (later ones go after it)
 
 
 class RankIndex:
@@ -126,6 +135,8 @@ class SchedulerSide:
             from ..sched.online import LoadPlanner
             self.planner = LoadPlanner(shape.block_bytes_per_rank(), self.block_size, shape.n_layers)
         self.step_tokens = {}    # step -> tokens it computed, until rank 0 reports its time
+        self.admission = self._make_admission(cfg)  # None: no write budget (everything offered)
+        self._block_bytes = None
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
             log.warning("tutti: prefix_caching_hash_algo=%s without PYTHONHASHSEED gives block hashes "
@@ -148,6 +159,7 @@ class SchedulerSide:
     # --- vLLM hooks ---------------------------------------------------------------
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        self._observe(request)
         if not self.cfg.load:
             return 0, False
         first = num_computed_tokens // self.block_size
@@ -209,7 +221,7 @@ class SchedulerSide:
         for i, req_id in enumerate(cached.req_ids):
             new_computed[req_id] = cached.num_computed_tokens[i]
         block_state = getattr(scheduler_output, "kv_connector_block_state", None)
-        seen = set()
+        seen, offers = set(), []
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self.reqs.get(req_id)
             if st is None or req_id not in new_computed:
@@ -235,20 +247,147 @@ class SchedulerSide:
                 block_ids = self._block_ids_fallback(req_id)
             if block_ids is None or len(block_ids) < upto:
                 continue
+            blocks = [(b, self.key(req.block_hashes[b])) for b in range(st.next_save, upto)]
+            blocks = [(b, k, block_ids[b]) for b, k in blocks if not self.present(k)]
+            # Considered now, offered or not: a save admission refuses is not offered again (its
+            # blocks stay unstored unless a later request saves them); a retry (unsaved) or a
+            # failed load moves next_save back as before.
+            st.next_save = upto
+            if blocks:
+                offers.append((req_id, st, upto, blocks))
+        for req_id, st, _, blocks in self._admit(offers):
             keys, ids, first = [], [], None
-            for b in range(st.next_save, upto):
-                k = self.key(req.block_hashes[b])
-                if k in seen or self.present(k):
+            for b, k, i in blocks:
+                if k in seen:
                     continue
                 seen.add(k)
                 keys.append(k)
-                ids.append(block_ids[b])
+                ids.append(i)
                 first = b if first is None else first
-            st.next_save = upto
             if keys:
                 meta.saves.append(BlockTransfer(req_id, keys, ids, first))
                 st.last_save = self.step
         return meta
+
+    # --- write admission (admission.py) ---------------------------------------------
+
+    def _make_admission(self, cfg):
+        if cfg.write_budget is None:
+            return None
+        capacity = cfg.capacity
+        snap = self.ranks[0]._snapshot() if self.ranks else None
+        if snap is not None:  # the store exists: its real size, not the one a new store would get
+            capacity = snap.geometry.n_slots * snap.geometry.block_bytes
+        return Admission(parse_budget(cfg.write_budget, capacity), cfg.write_admission,
+                         seen_capacity=1 << 18)
+
+    def block_bytes(self):
+        """Bytes one block costs to write on one rank's store (the budget is per rank: every rank
+        writes its share of the same blocks): the store's own size when it exists, else the
+        model's KV shape (K and V per layer)."""
+        if self._block_bytes is None:
+            snap = self.ranks[0]._snapshot() if self.ranks else None
+            if snap is not None:
+                self._block_bytes = snap.geometry.block_bytes
+            else:
+                from ..sched.model import dtype_bytes
+                sh = self.shape
+                try:
+                    elem = dtype_bytes(sh.dtype)
+                except ValueError:
+                    elem = 2  # an unusual cache dtype: an estimate until the store exists
+                self._block_bytes = 2 * sh.n_layers * sh.kv_heads * sh.head_dim * sh.block_size * elem
+        return self._block_bytes
+
+    def _observe(self, request):
+        """A request's first lookup: each of its full prompt blocks was asked for once more (a
+        request looked up again, e.g. after waiting for memory or a preemption, counts once)."""
+        if self.admission is None:
+            return
+        st = self.reqs.get(request.request_id)
+        if st is None:
+            st = self.reqs[request.request_id] = _ReqState(request)
+        if st.observed:
+            return
+        st.observed = True
+        n = min(request.num_prompt_tokens // self.block_size, len(request.block_hashes))
+        self.admission.observe(hash(h) for h in request.block_hashes[:n])
+
+    def _admit(self, offers):
+        """The step's saves admission lets through (in the step's order), each with the blocks
+        admitted of it.
+
+        A request's new blocks are split where its prefix stops being one an earlier request
+        asked for too: the *seen* head (the documents many requests share) and the rest (its own
+        question); each is a candidate named by the hash of its last block and ranked by
+        admission.py.  Heads are decided first; a tail is considered only when the blocks
+        before it go too (a block is found only after its whole prefix: a tail stored after a
+        refused head would be written for nothing), and for the same reason a request's later
+        blocks are not offered while one it had refused is still not stored (``gap``).
+
+        The bucket is charged with the bytes *offered* (admission.py charges in ``admit``), not
+        the bytes committed: the decision is made now, while commits are reported steps later by
+        the workers, and the drive wears with every write that goes out, also one whose save is
+        later dropped or not committed.  A refused save is simply not offered: nothing of it
+        reaches the workers, so it is neither an error nor a drop (counted as ``save_skipped``);
+        next_save has moved past it, so it is not offered again."""
+        adm = self.admission
+        if adm is None or not offers:
+            return offers
+        bb = self.block_bytes()
+        heads, tails = {}, {}
+        for i, (_, st, _, blocks) in enumerate(offers):
+            hashes = st.request.block_hashes
+            if self._behind_gap(st, blocks[0][0]):
+                continue  # an earlier block of it was refused and is still not stored
+            n = 0
+            while n < len(blocks) and adm.seen_before(hash(hashes[blocks[n][0]])):
+                n += 1
+            for part, pieces in ((blocks[:n], heads), (blocks[n:], tails)):
+                if part:
+                    last = part[-1][0]
+                    pieces[i] = (SaveCandidate(hash(hashes[last]), (last + 1) * self.block_size,
+                                               len(part) * bb), part)
+        pressure = adm.counters["pressure_steps"]
+        ok_heads = self._admitted(heads)
+        ok_tails = self._admitted({i: t for i, t in tails.items() if i not in heads or i in ok_heads})
+        picked, n_ok, n_skip, unseen = [], 0, 0, 0
+        for i, (req_id, st, upto, blocks) in enumerate(offers):
+            part = ok_heads.get(i, []) + (ok_tails.get(i, []) if i not in heads or i in ok_heads else [])
+            n_ok += len(part)
+            n_skip += len(blocks) - len(part)
+            unseen += len(tails[i][1]) if i in tails and i not in ok_tails else 0
+            if part:
+                picked.append((req_id, st, upto, part))
+            if len(part) < len(blocks):
+                refused = blocks[len(part)][0]
+                st.gap = refused if st.gap is None else min(st.gap, refused)
+        self.stats.add(save_admitted=n_ok, save_admitted_bytes=n_ok * bb, save_skipped=n_skip,
+                       save_skipped_bytes=n_skip * bb, save_skipped_unseen=unseen,
+                       admission_pressure_steps=min(adm.counters["pressure_steps"] - pressure, 1))
+        state = adm.stats()
+        self.stats.set(write_budget_bytes_per_day=state["budget_bytes_per_day"],
+                       write_budget_left_bytes=int(state["budget_tokens"]))
+        return picked
+
+    def _behind_gap(self, st, first):
+        """Would blocks from ``first`` on be stored behind a refused block that is still not
+        stored (so a lookup never reaches them)?  Clears the gap once it is filled (another
+        request stored those blocks) or offered again (a retry starts at or before it)."""
+        if st.gap is None:
+            return False
+        hashes = st.request.block_hashes
+        if any(not self.present(self.key(hashes[b])) for b in range(st.gap, first)):
+            return True
+        st.gap = None
+        return False
+
+    def _admitted(self, cands):
+        """{offer index: (candidate, blocks)} -> {offer index: blocks} of those admitted."""
+        if not cands:
+            return {}
+        chosen = {id(c) for c in self.admission.admit([c for c, _ in cands.values()])}
+        return {i: part for i, (c, part) in cands.items() if id(c) in chosen}
 
     def _block_ids_fallback(self, req_id):
         mgr = getattr(self, "kv_cache_manager", None)

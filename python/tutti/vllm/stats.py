@@ -29,6 +29,17 @@ COUNTERS = (
     "save_carried",      # blocks committed in a later step than the one that computed them
     "save_dropped",      # pending blocks dropped: over max_pending_bytes, or at shutdown
     "reqs_held",         # scheduler: finished requests whose blocks waited for a pending save
+    # Write admission under write_budget (scheduler; admission.py): blocks offered or not.
+    "save_admitted", "save_admitted_bytes",
+    "save_skipped", "save_skipped_bytes",   # refused: never offered (a future miss, not an error)
+    "save_skipped_unseen",                  # of those, blocks no earlier request had asked for
+    "admission_pressure_steps",             # steps that found the budget's bucket below half
+)
+
+# The budget's state: the latest value wins when intervals or roles are aggregated.
+GAUGES = (
+    "write_budget_bytes_per_day",
+    "write_budget_left_bytes",   # bytes in the bucket now (negative: overdrawn, write_admission all)
 )
 
 
@@ -43,13 +54,17 @@ class TuttiStats(KVConnectorStats):
         for k, v in kv.items():
             self.data[k] = self.data.get(k, 0) + v
 
+    def set(self, **kv):
+        """Gauges (GAUGES): a value, not an increment."""
+        self.data.update(kv)
+
     def reset(self):
         self.data = {k: 0 for k in COUNTERS}
 
     def aggregate(self, other):
         if other is not None:
             for k, v in other.data.items():
-                self.data[k] = self.data.get(k, 0) + v
+                self.data[k] = v if k in GAUGES else self.data.get(k, 0) + v
         return self
 
     def is_empty(self):
@@ -69,6 +84,9 @@ class TuttiStats(KVConnectorStats):
         out["save_carried"] = d.get("save_carried", 0)
         out["save_dropped"] = d.get("save_dropped", 0)
         out["rw_overlap_ms"] = round(d.get("rw_overlap_s", 0) * 1e3, 1)
+        if "write_budget_bytes_per_day" in d:
+            out["save_skipped"] = d.get("save_skipped", 0)
+            out["save_skipped_GB"] = round(d.get("save_skipped_bytes", 0) / 1e9, 3)
         q = d.get("query_tokens", 0)
         out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0
         out["load_cut_tokens"] = d.get("load_cut_tokens", 0)
@@ -82,12 +100,16 @@ def prometheus_text(data: dict, prefix="tutti_vllm") -> str:
         family = f"{prefix}_{k[:-2]}_seconds" if k.endswith("_s") else f"{prefix}_{k}"
         lines.append(f"# TYPE {family} counter")
         lines.append(f"{family}_total {data.get(k, 0)}")
+    for k in GAUGES:
+        if data.get(k) is not None:
+            lines.append(f"# TYPE {prefix}_{k} gauge")
+            lines.append(f"{prefix}_{k} {data[k]}")
     return "\n".join(lines) + "\n"
 
 
 def build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues):
     """Prometheus counters registered through vLLM's connector metrics hook."""
-    from prometheus_client import Counter
+    from prometheus_client import Counter, Gauge
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
 
     class TuttiPromMetrics(KVConnectorPromMetrics):
@@ -101,11 +123,21 @@ def build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelva
                             labelnames=labelnames)
                 self._counters[k] = {idx: c.labels(*vals)
                                      for idx, vals in per_engine_labelvalues.items()}
+            gauge = metric_types.get(Gauge, Gauge)
+            self._gauges = {}
+            for k in GAUGES:
+                g = gauge(name=f"tutti:{k}", documentation=f"Tutti connector: {k}",
+                          labelnames=labelnames, multiprocess_mode="mostrecent")
+                self._gauges[k] = {idx: g.labels(*vals) for idx, vals in per_engine_labelvalues.items()}
 
         def observe(self, transfer_stats_data, engine_idx=0):
             for k, per_engine in self._counters.items():
                 v = transfer_stats_data.get(k, 0)
                 if v and engine_idx in per_engine:
                     per_engine[engine_idx].inc(v)
+            for k, per_engine in self._gauges.items():
+                v = transfer_stats_data.get(k)
+                if v is not None and engine_idx in per_engine:
+                    per_engine[engine_idx].set(v)
 
     return TuttiPromMetrics()
