@@ -214,6 +214,21 @@ def test_the_pending_bound_drops_the_oldest_saves_and_never_waits(tmp_path):
     assert stored(d, keys("new")) == [block_bytes(reference(2), b) for b in range(N)]
 
 
+def test_a_save_larger_than_the_whole_bound_is_written_in_its_step_not_dropped(tmp_path):
+    """Dropped, a prompt longer than max_pending_bytes would never be stored (seen: serving.py --quick,
+    every document's save over an automatic bound of a quarter of a small KV cache, 0 hits)."""
+    d = str(tmp_path)
+    w, kv, log, stats = make_worker(d, "slack", save_mode="deferred", max_pending_bytes=N * BLOCK_BYTES // 2)
+    k = Kernels(w)  # its kernels run late: the write waits for them, as save_mode step would
+    run = Driver(w, kv)
+    run.step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
+    assert run.committed[-1] == set(keys("prefix"))  # in its own step
+    assert stats.data["save_over_bound"] == N and stats.data.get("save_dropped", 0) == 0
+    k.run()
+    w.close()
+    assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
+
+
 def test_shutdown_commits_what_it_can_in_time_and_drops_the_rest(tmp_path):
     d = str(tmp_path)
     w, kv, _, stats = make_worker(d, "slack", save_mode="deferred")

@@ -5,10 +5,12 @@ per-step metadata: scheduler.py) and with role WORKER in every worker (data
 movement: worker.py).  In vLLM's default multiprocess mode the two live in
 different processes and talk only through the metadata vLLM carries.
 """
+from __future__ import annotations
+
 import json
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
@@ -30,16 +32,20 @@ try:
 except ImportError:  # pragma: no cover
     _DISK = None
 
+if TYPE_CHECKING:
+    from .scheduler import SchedulerSide
+    from .worker import WorkerSide
+
 log = logging.getLogger("vllm.tutti")
 
 
 
-def _stats_dir():
+def _stats_dir() -> str | None:
     """Tests and the demo read totals from here (each role writes its own file)."""
     return os.environ.get("TUTTI_VLLM_STATS_DIR")
 
 
-def _tp_rank():
+def _tp_rank() -> int:
     try:
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
         return get_tensor_model_parallel_rank()
@@ -53,7 +59,7 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
     if _DISK is not None:
         _cache_hit_source = _DISK
 
-    def __init__(self, vllm_config, role, kv_cache_config=None):
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self.cfg = TuttiConfig.from_extra(self._kv_transfer_config.kv_connector_extra_config)
         self.shape = ModelShape.from_vllm(vllm_config, self.cfg)
@@ -63,7 +69,8 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
                               f"(full attention everywhere); this one has {len(groups)}")
         self._stats = TuttiStats()
         self._totals = TuttiStats()   # since start, for TUTTI_VLLM_STATS_DIR
-        self._sched = self._worker = None
+        self._sched: SchedulerSide | None = None
+        self._worker: WorkerSide | None = None
         if role == KVConnectorRole.SCHEDULER:
             from .scheduler import SchedulerSide
             policy = self.cfg.load_failure_policy
@@ -77,22 +84,36 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
             self._worker = WorkerSide(self.cfg, self.shape, _tp_rank(), self._stats)
 
     @property
+    def _w(self) -> WorkerSide:
+        """The worker side; vLLM calls worker hooks on the worker role only."""
+        if self._worker is None:
+            raise RuntimeError("TuttiConnector: a worker-side call on the scheduler role")
+        return self._worker
+
+    @property
+    def _s(self) -> SchedulerSide:
+        """The scheduler side; vLLM calls scheduler hooks on the scheduler role only."""
+        if self._sched is None:
+            raise RuntimeError("TuttiConnector: a scheduler-side call on a worker role")
+        return self._sched
+
+    @property
     def requires_kv_delivery(self) -> bool:
         return False  # a cache: a dropped save is a future miss
 
     # --- worker side --------------------------------------------------------------
 
-    def register_kv_caches(self, kv_caches):
+    def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
         num_blocks = getattr(self._kv_cache_config, "num_blocks", None)
         if num_blocks is None:
             num_blocks = next(iter(kv_caches.values())).shape[0]
-        self._worker.register_kv_caches(kv_caches, num_blocks)
+        self._w.register_kv_caches(kv_caches, num_blocks)
 
-    def _meta(self):
+    def _meta(self) -> TuttiMetadata | None:
         meta = self._connector_metadata
         return meta if isinstance(meta, TuttiMetadata) else None
 
-    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._meta()
         if meta is not None and self._worker is not None:
             self._worker.start_load(meta)
@@ -101,31 +122,31 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
         if self._worker is not None:
             self._worker.wait_layer(layer_name)
 
-    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs: Any) -> None:
+    def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         meta = self._meta()
         if meta is not None and self._worker is not None:
             self._worker.save_layer(meta, layer_name)
 
-    def wait_for_save(self):
+    def wait_for_save(self) -> None:
         if self._worker is not None:
             self._worker.finish_save(self._meta())
 
-    def get_finished(self, finished_req_ids):
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         if self._worker is None:
             return None, None
         return self._worker.get_finished(finished_req_ids, self._meta())
 
-    def handle_preemptions(self, kv_connector_metadata):
+    def handle_preemptions(self, kv_connector_metadata: Any) -> None:
         if self._worker is not None and isinstance(kv_connector_metadata, TuttiMetadata):
             self._worker.handle_preemptions(kv_connector_metadata)
 
     def get_block_ids_with_load_errors(self) -> set:
         return self._worker.take_load_errors() if self._worker is not None else set()
 
-    def build_connector_worker_meta(self):
+    def build_connector_worker_meta(self) -> Any:
         return self._worker.take_worker_meta() if self._worker is not None else None
 
-    def get_kv_connector_stats(self):
+    def get_kv_connector_stats(self) -> TuttiStats | None:
         if self._stats.is_empty():
             return None
         out = TuttiStats(data=dict(self._stats.data))
@@ -135,22 +156,26 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
             self._dump_totals()
         return out
 
-    def _dump_totals(self):
-        role = "scheduler" if self._sched is not None else f"worker{self._worker.rank}"
-        path = os.path.join(_stats_dir(), f"{role}-{os.getpid()}.json")
+    def _dump_totals(self) -> None:
+        d = _stats_dir()
+        if d is None:
+            return
+        role = "scheduler" if self._sched is not None else f"worker{self._w.rank}"
+        path = os.path.join(d, f"{role}-{os.getpid()}.json")
         with open(path + ".tmp", "w") as f:
             json.dump(self._totals.data, f)
         os.replace(path + ".tmp", path)
 
     @classmethod
-    def build_kv_connector_stats(cls, data=None):
+    def build_kv_connector_stats(cls, data: dict | None = None) -> TuttiStats:
         return TuttiStats(data=dict(data)) if data is not None else TuttiStats()
 
     @classmethod
-    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+    def build_prom_metrics(cls, vllm_config: Any, metric_types: dict, labelnames: list,
+                           per_engine_labelvalues: dict) -> Any:
         return build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         if self._worker is not None:
             self._worker.close()  # pending saves: committed or dropped (bounded: shutdown_drain_s)
         if self._sched is not None:
@@ -161,29 +186,30 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
 
     # --- scheduler side -----------------------------------------------------------
 
-    def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        return self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        return self._s.get_num_new_matched_tokens(request, num_computed_tokens)
 
-    def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        self._sched.update_state_after_alloc(request, blocks, num_external_tokens)
+    def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
+        self._s.update_state_after_alloc(request, blocks, num_external_tokens)
 
-    def build_connector_meta(self, scheduler_output):
-        return self._sched.build_connector_meta(scheduler_output)
+    def build_connector_meta(self, scheduler_output: Any) -> TuttiMetadata:
+        return self._s.build_connector_meta(scheduler_output)
 
-    def update_connector_output(self, connector_output):
-        self._sched.update_connector_output(connector_output)
+    def update_connector_output(self, connector_output: Any) -> None:
+        self._s.update_connector_output(connector_output)
 
-    def request_finished(self, request, block_ids):
-        return self._sched.request_finished(request)
+    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        return self._s.request_finished(request)
 
-    def request_finished_all_groups(self, request, block_ids):
-        return self._sched.request_finished(request)
+    def request_finished_all_groups(self, request: Any,
+                                    block_ids: tuple[list[int], ...]) -> tuple[bool, dict[str, Any] | None]:
+        return self._s.request_finished(request)
 
     def has_pending_block_frees(self) -> bool:
         # Held blocks come back once their saves are written: vLLM waits instead of preempting.
         return self._sched is not None and self._sched.is_holding()
 
-    def bind_kv_cache_manager(self, kv_cache_manager):
+    def bind_kv_cache_manager(self, kv_cache_manager: Any) -> None:
         super().bind_kv_cache_manager(kv_cache_manager)
         if self._sched is not None:
             self._sched.kv_cache_manager = kv_cache_manager

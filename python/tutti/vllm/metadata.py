@@ -55,7 +55,7 @@ class TuttiMetadata(KVConnectorMetadata):
     preempted: list = field(default_factory=list)   # requests whose blocks vLLM freed (preemption)
     bad_blocks: list = field(default_factory=list)  # vLLM blocks found bad (taint) since the last step
 
-    def is_empty(self):
+    def is_empty(self) -> bool:
         return not self.loads and not self.saves
 
 
@@ -103,7 +103,7 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     load_perf: list = field(default_factory=list)
     step_perf: list = field(default_factory=list)
 
-    def aggregate(self, other):
+    def aggregate(self, other: "TuttiWorkerMeta | None") -> "TuttiWorkerMeta":
         if other is None:
             return self
         return TuttiWorkerMeta(events=self.events + other.events,

@@ -24,7 +24,9 @@ first in, first out:
 - A bound on pending bytes (``max_pending_bytes``; default a quarter of this rank's KV cache, at
   most half the store): when a new save would exceed it, the oldest pending saves are dropped
   (their transactions aborted, nothing of them committed), counted as ``save_dropped``.  Serving
-  never waits for the store.
+  never waits for the store, but for one case: a single save larger than the whole bound is written
+  and committed in its step (as ``save_mode: step``; counted ``save_over_bound``) rather than never
+  stored (single rank; with TP it is dropped).
 - At shutdown pending saves get ``shutdown_drain_s`` seconds to be written and committed; the
   rest are dropped (counted).  With TP they are dropped at once: a commit needs every rank, and
   at shutdown the others may be gone.
@@ -302,9 +304,15 @@ class SavesMixin:
                 break  # its next layer's KV is not final yet, or the budget is spent
 
     def _bound(self):
-        """Drop the oldest pending saves while their bytes exceed the bound (never wait)."""
+        """Drop the oldest pending saves while their bytes exceed the bound (never wait), except
+        that one save larger than the whole bound is written and committed now, as save_mode step
+        would: dropped, a prompt longer than the bound would never be stored (single rank only:
+        with TP that commit needs every rank's agreement at this point, so it is dropped)."""
         total = sum(e.bytes for e in self._fifo)
         while self._fifo and total > self._max_pending:
+            if len(self._fifo) == 1 and self._write_now(self._fifo[0]):
+                self._fifo.popleft()
+                return
             e = self._fifo.popleft()
             total -= e.bytes
             if not e.void:
@@ -312,6 +320,20 @@ class SavesMixin:
                 log.warning("tutti: rank %d: %d pending blocks dropped (over max_pending_bytes=%d)",
                             self.rank, len(e.keys), self._max_pending)
             self._abort(e)
+
+    def _write_now(self, sv):
+        """Write and commit ``sv`` in this step (it alone is over the pending bound); False when it
+        cannot be (TP, void, fenced): then it is dropped."""
+        if self.shape.tp_size > 1 or sv.void or self.fenced():
+            return False
+        log.info("tutti: rank %d: a save of %d bytes is over max_pending_bytes=%d: written in its step",
+                 self.rank, sv.bytes, self._max_pending)
+        self.stats.add(save_over_bound=len(sv.keys))
+        if sv.queued:
+            self._issue(sv, block=True)
+        self._commit(sv)
+        sv.data_out = True
+        return True
 
     def _commit(self, sv):
         """Commit ``sv`` (this rank's part of it; with TP agreed with every rank)."""

@@ -5,6 +5,7 @@ aggregates the dicts across ranks and logging intervals and calls reduce()
 for its periodic log line.
 """
 from dataclasses import dataclass, field
+from typing import Any
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
@@ -28,6 +29,7 @@ COUNTERS = (
     "rw_overlap_s",      # time a read and a write were both in flight (0 with write_policy slack)
     "save_carried",      # blocks committed in a later step than the one that computed them
     "save_dropped",      # pending blocks dropped: over max_pending_bytes, or at shutdown
+    "save_over_bound",   # blocks of a save larger than max_pending_bytes, written in their step
     "reqs_held",         # scheduler: finished requests whose blocks waited for a pending save
     # Write admission under write_budget (scheduler; admission.py): blocks offered or not.
     "save_admitted", "save_admitted_bytes",
@@ -46,33 +48,34 @@ GAUGES = (
 class TuttiStats(KVConnectorStats):
     """Counters of one interval; ``aggregate`` adds, ``reduce`` derives rates."""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for k in COUNTERS:
             self.data.setdefault(k, 0)
 
-    def add(self, **kv):
+    def add(self, **kv: float) -> None:
         for k, v in kv.items():
             self.data[k] = self.data.get(k, 0) + v
 
-    def set(self, **kv):
+    def set(self, **kv: float) -> None:
         """Gauges (GAUGES): a value, not an increment."""
         self.data.update(kv)
 
-    def reset(self):
-        self.data = {k: 0 for k in COUNTERS}
+    def reset(self) -> None:
+        zeros: dict[str, float] = {k: 0 for k in COUNTERS}  # ints stay ints (the exposition prints them)
+        self.data = zeros
 
-    def aggregate(self, other):
+    def aggregate(self, other: "KVConnectorStats | None") -> "TuttiStats":
         if other is not None:
             for k, v in other.data.items():
                 self.data[k] = v if k in GAUGES else self.data.get(k, 0) + v
         return self
 
-    def is_empty(self):
+    def is_empty(self) -> bool:
         return not any(self.data.get(k) for k in COUNTERS)
 
-    def reduce(self):
+    def reduce(self) -> dict[str, float]:
         d = self.data
-        out = {k: d.get(k, 0) for k in ("hit_tokens", "load_blocks", "save_blocks",
+        out: dict[str, float] = {k: d.get(k, 0) for k in ("hit_tokens", "load_blocks", "save_blocks",
                                         "load_errors", "corrupt_blocks", "save_errors")}
         out["load_GBps"] = round(d["load_bytes"] / d["load_s"] / 1e9, 3) if d.get("load_s") else 0.0
         out["save_GBps"] = round(d["save_bytes"] / d["save_s"] / 1e9, 3) if d.get("save_s") else 0.0
@@ -93,7 +96,7 @@ class TuttiStats(KVConnectorStats):
         return out
 
 
-def prometheus_text(data: dict, prefix="tutti_vllm") -> str:
+def prometheus_text(data: dict, prefix: str = "tutti_vllm") -> str:
     """Counters in the Prometheus text exposition format (e.g. for a textfile collector)."""
     lines = []
     for k in COUNTERS:
@@ -107,16 +110,17 @@ def prometheus_text(data: dict, prefix="tutti_vllm") -> str:
     return "\n".join(lines) + "\n"
 
 
-def build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelvalues):
+def build_prom_metrics(vllm_config: Any, metric_types: dict, labelnames: list,
+                       per_engine_labelvalues: dict) -> Any:
     """Prometheus counters registered through vLLM's connector metrics hook."""
     from prometheus_client import Counter, Gauge
     from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
 
     class TuttiPromMetrics(KVConnectorPromMetrics):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
             counter = metric_types.get(Counter, Counter)
-            self._counters = {}
+            self._counters: dict[str, dict] = {}
             for k in COUNTERS:
                 name = (f"tutti:{k[:-2]}_seconds" if k.endswith("_s") else f"tutti:{k}")
                 c = counter(name=name, documentation=f"Tutti connector: {k}",
@@ -124,13 +128,13 @@ def build_prom_metrics(vllm_config, metric_types, labelnames, per_engine_labelva
                 self._counters[k] = {idx: c.labels(*vals)
                                      for idx, vals in per_engine_labelvalues.items()}
             gauge = metric_types.get(Gauge, Gauge)
-            self._gauges = {}
+            self._gauges: dict[str, dict] = {}
             for k in GAUGES:
                 g = gauge(name=f"tutti:{k}", documentation=f"Tutti connector: {k}",
                           labelnames=labelnames, multiprocess_mode="mostrecent")
                 self._gauges[k] = {idx: g.labels(*vals) for idx, vals in per_engine_labelvalues.items()}
 
-        def observe(self, transfer_stats_data, engine_idx=0):
+        def observe(self, transfer_stats_data: dict, engine_idx: int = 0) -> None:
             for k, per_engine in self._counters.items():
                 v = transfer_stats_data.get(k, 0)
                 if v and engine_idx in per_engine:
