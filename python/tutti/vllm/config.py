@@ -64,7 +64,7 @@ class TuttiConfig:
     load_policy: str = "auto"                 # auto: load a hit only as far as loading beats recompute
     save_mode: str = "deferred"               # deferred: a save may outlive its step; step: committed in it
     max_pending_bytes: int | None = None      # deferred saves' bytes held at most (None: auto, pending.py)
-    drain_bytes_per_step: int = 64 << 20      # carried-over writes a step submits (at least one layer)
+    drain_bytes_per_step: int | None = None   # carried-over writes a step submits (None: auto, drain.py)
     shutdown_drain_s: float = 10.0            # time shutdown gives pending saves, then drops the rest
     write_budget: str | int | float | None = None  # SSD write budget (admission.py); None: no budget
     write_admission: str = "expected_value"   # which saves a spent budget still writes (admission.py)
@@ -137,7 +137,7 @@ class TuttiConfig:
             c.save_mode = extra["save_mode"]
         if extra.get("max_pending_bytes", "auto") != "auto":
             c.max_pending_bytes = parse_size(extra["max_pending_bytes"], "max_pending_bytes")
-        if "drain_bytes_per_step" in extra:
+        if extra.get("drain_bytes_per_step", "auto") != "auto":
             c.drain_bytes_per_step = parse_size(extra["drain_bytes_per_step"], "drain_bytes_per_step")
         if "shutdown_drain_s" in extra:
             t = extra["shutdown_drain_s"]

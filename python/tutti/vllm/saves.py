@@ -13,7 +13,8 @@ first in, first out:
   submitted are committed (the store's commit: wait, flush, records; with TP ``tutti.tp.commit``,
   agreed at that step on every rank: see below), oldest first; then layers still queued (their
   KV not yet final in GPU memory, or held back by reads) are submitted, oldest save first, up to
-  ``drain_bytes_per_step`` bytes per step (at least one layer, so every save progresses).
+  ``drain_bytes_per_step`` bytes per step (at least one layer, so every save progresses; ``auto``:
+  drain.py, sized by whether the drained writes held up the next load).
 - A request that finishes while a save of its blocks is pending keeps its blocks: the scheduler
   side returns True from ``request_finished`` (vLLM's delay-free) and names the request in the
   next step's metadata (``held``); the worker reports it in ``get_finished`` (finished_sending)
@@ -112,6 +113,7 @@ class SavesMixin:
         self._held = set()          # finished requests waiting for their pending saves
         self._drained_sent = None
         self._max_pending = None
+        self._drain_budget = None   # drain.py (drain_bytes_per_step auto), else the fixed size
 
     def _set_pending_bound(self, num_blocks):
         """Bytes of pending saves held at most: a quarter of this rank's KV cache and half the
@@ -119,6 +121,9 @@ class SavesMixin:
         bb = self.layout.block_bytes
         auto = min(num_blocks * bb // 4, self.store.geometry.n_slots * bb // 2)
         self._max_pending = self.cfg.max_pending_bytes or max(auto, bb)
+        if self.cfg.drain_bytes_per_step is None:
+            from .drain import DrainBudget
+            self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=self._max_pending)
 
     def _layer_bytes(self, sv):
         return len(sv.keys) * self.layout.block_bytes // max(self.layout.n_layers, 1)
@@ -216,9 +221,18 @@ class SavesMixin:
         return sent
 
     def _wait_writes(self):
-        """Wait for the writes in flight (before a load starts: never both at once)."""
+        """Wait for the writes in flight (before a load starts: never both at once); the time a
+        load waited is counted and, with drain_bytes_per_step auto, shrinks the next drains."""
+        if not self._writes_in_flight():
+            self._note_io()
+            return
+        t = time.perf_counter()
         for sv in self._all_saves():
             self._wait_inflight(sv)
+        t = time.perf_counter() - t
+        self.stats.add(load_write_wait_s=t)
+        if self._drain_budget is not None:
+            self._drain_budget.load_waited(t)
         self._note_io()
 
     def _wait_inflight(self, sv):
@@ -261,7 +275,11 @@ class SavesMixin:
         if sv is not None:
             self._fifo.append(sv)
         self._commit_ready()
-        self._drain(self.cfg.drain_bytes_per_step)
+        if self._drain_budget is not None:
+            spent, more = self._drain(self._drain_budget.bytes)
+            self._drain_budget.step_drained(spent, more)
+        else:
+            self._drain(self.cfg.drain_bytes_per_step)
         self._bound()
         self._note_io()
 
@@ -290,9 +308,10 @@ class SavesMixin:
 
     def _drain(self, budget):
         """Carry over: queued layers of pending saves, oldest save first, ``budget`` bytes a step
-        (one layer at least, so every save progresses)."""
+        (one layer at least, so every save progresses).  Return: (bytes submitted, whether writes
+        were left queued by the budget)."""
         if self._load is not None or self.fenced():
-            return
+            return 0, False
         spent = 0
         for e in self._fifo:
             if spent >= budget:
@@ -302,6 +321,8 @@ class SavesMixin:
             spent += self._issue(e, budget=budget - spent)
             if e.queued:
                 break  # its next layer's KV is not final yet, or the budget is spent
+        more = spent >= budget and any(e.queued and not e.void for e in self._fifo)
+        return spent, more
 
     def _bound(self):
         """Drop the oldest pending saves while their bytes exceed the bound (never wait), except
