@@ -289,14 +289,8 @@ class SchedulerSide:
             snap = self.ranks[0]._snapshot() if self.ranks else None
             if snap is not None:
                 self._block_bytes = snap.geometry.block_bytes
-            else:
-                from ..sched.model import dtype_bytes
-                sh = self.shape
-                try:
-                    elem = dtype_bytes(sh.dtype)
-                except ValueError:
-                    elem = 2  # an unusual cache dtype: an estimate until the store exists
-                self._block_bytes = 2 * sh.n_layers * sh.kv_heads * sh.head_dim * sh.block_size * elem
+            else:  # an estimate until the store exists
+                self._block_bytes = self.shape.block_bytes_per_rank()
         return self._block_bytes
 
     def _observe(self, request):
