@@ -37,8 +37,8 @@ def parse_budget(text: str | int | float, capacity_bytes: int | None = None) -> 
     from .cli.common import parse_size  # noqa: PLC0415
 
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if text <= 0:
-            raise ValueError(f"write budget {text} must be above zero")
+        if not 0 < text < float("inf"):  # NaN too
+            raise ValueError(f"write budget {text} must be a number of bytes per day above zero")
         return float(text)
     if not isinstance(text, str):
         raise ValueError(f"write budget must be text like '200GB/day' or '0.3dwpd', not {type(text).__name__}")

@@ -14,9 +14,6 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20
           "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
           "tib": 1 << 40}
 
-WRITE_POLICIES = ("slack", "eager")
-SAVE_MODES = ("deferred", "step")
-LOAD_POLICIES = ("auto", "all")
 
 DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "tutti")
 
@@ -26,6 +23,8 @@ def parse_size(value, name="capacity") -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{name}: expected a size like '2GiB', got {value!r}")
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"{name}: expected a size like '2GiB' or a byte count, got {value!r}")
         n = int(value)
     else:
         m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(value))
@@ -83,6 +82,8 @@ class TuttiConfig:
         c = cls()
         if "path" in extra:
             p = extra["path"]
+            if not isinstance(p, (str, os.PathLike, list, tuple)):
+                raise ConfigError(f"path: expected a path or a list of paths, got {p!r}")
             paths = [p] if isinstance(p, (str, os.PathLike)) else list(p)
             if not paths or not all(isinstance(x, (str, os.PathLike)) and str(x) for x in paths):
                 raise ConfigError(f"path: expected a path or a list of paths, got {p!r}")
@@ -117,24 +118,21 @@ class TuttiConfig:
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ConfigError(f"lookahead_layers: expected an integer >= 1, got {n!r}")
             c.lookahead_layers = n
-        if "write_policy" in extra:
-            if extra["write_policy"] not in WRITE_POLICIES:
-                raise ConfigError("write_policy: expected 'slack' (a layer's write waits while the "
-                                  "step's reads are in flight) or 'eager' (each layer's write goes "
-                                  f"at once), got {extra['write_policy']!r}")
-            c.write_policy = extra["write_policy"]
-        if "load_policy" in extra:
-            if extra["load_policy"] not in LOAD_POLICIES:
-                raise ConfigError("load_policy: expected 'auto' (load a stored prefix only as far as "
-                                  "loading beats recomputing it, from rates measured while serving) or "
-                                  f"'all' (always the whole hit), got {extra['load_policy']!r}")
-            c.load_policy = extra["load_policy"]
-        if "save_mode" in extra:
-            if extra["save_mode"] not in SAVE_MODES:
-                raise ConfigError("save_mode: expected 'deferred' (a save may be written and committed "
-                                  "in later steps, the request's blocks held until then) or 'step' "
-                                  f"(committed in the step that computed it), got {extra['save_mode']!r}")
-            c.save_mode = extra["save_mode"]
+        # Options with a few named values: the message says what each value does.
+        for name, meanings in (
+                ("write_policy", {"slack": "a layer's write waits while the step's reads are in flight",
+                                  "eager": "each layer's write goes at once"}),
+                ("load_policy", {"auto": "load a stored prefix only as far as loading beats recomputing "
+                                         "it, from rates measured while serving",
+                                 "all": "always the whole hit"}),
+                ("save_mode", {"deferred": "a save may be written and committed in later steps, the "
+                                           "request's blocks held until then",
+                               "step": "committed in the step that computed it"})):
+            if name in extra:
+                if not isinstance(extra[name], str) or extra[name] not in meanings:
+                    said = " or ".join(f"{v!r} ({m})" for v, m in meanings.items())
+                    raise ConfigError(f"{name}: expected {said}, got {extra[name]!r}")
+                setattr(c, name, extra[name])
         if extra.get("max_pending_bytes", "auto") != "auto":
             c.max_pending_bytes = parse_size(extra["max_pending_bytes"], "max_pending_bytes")
         if extra.get("drain_bytes_per_step", "auto") != "auto":

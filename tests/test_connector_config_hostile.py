@@ -1,0 +1,33 @@
+"""Every option of kv_connector_extra_config, given hostile values: a ConfigError naming the option, never
+another exception (a traceback at vLLM start-up) and never a silently accepted nonsense value."""
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from tutti.errors import ConfigError  # noqa: E402
+from tutti.vllm.config import TuttiConfig  # noqa: E402
+
+HOSTILE = ([1], {"a": 1}, None, -1, 1e99, "", " ", "x" * 10000, True, math.nan, math.inf, -math.inf,
+           [None], ["a", 3], b"x", object())
+
+
+@pytest.mark.parametrize("key", TuttiConfig.KEYS)
+def test_hostile_values_are_config_errors_naming_the_option(key):
+    for bad in HOSTILE:
+        try:
+            c = TuttiConfig.from_extra({key: bad})
+        except ConfigError as e:
+            assert key in str(e), f"{key}={bad!r}: {e}"
+            continue
+        # Accepted: only where the value is meaningful for that option.
+        got = getattr(c, key)
+        assert got is None or isinstance(got, (str, int, float, list)), f"{key}={bad!r} accepted as {got!r}"
+        assert not (isinstance(got, float) and not math.isfinite(got)), f"{key}={bad!r} accepted as {got!r}"
+
+
+def test_unknown_option_is_refused_with_the_known_ones():
+    with pytest.raises(ConfigError, match="unknown option"):
+        TuttiConfig.from_extra({"load_polcy": "all"})
