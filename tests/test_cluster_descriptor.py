@@ -72,3 +72,32 @@ def test_options_from_extra_config():
         ClusterConfig.from_extra_config({"cluster_port": "many"})
     with pytest.raises(ClusterError, match="bounded"):
         ClusterConfig.from_extra_config({"cluster_call_timeout_s": 0})
+
+
+def test_connector_takes_cluster_keys_and_refuses_typos_in_one_line():
+    """The vLLM connector's config: cluster_* keys are checked through ClusterConfig; without them no
+    cluster (and no Mooncake import); ports for the scheduler's client must exist."""
+    import subprocess
+    import sys
+
+    from tutti.errors import ConfigError
+    from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET, check_ports, scheduler_config, worker_config
+    from tutti.vllm.config import TuttiConfig
+
+    assert TuttiConfig.from_extra({"capacity": "1GiB"}).cluster is None
+    c = TuttiConfig.from_extra({"cluster_master": "10.0.0.1:50051", "cluster_port": 18000}).cluster
+    assert c.master == "10.0.0.1:50051" and c.port == 18000
+    assert worker_config(c, 3).port == 18003
+    assert scheduler_config(c).port == 18000 + SCHEDULER_PORT_OFFSET and scheduler_config(c).index_bytes == 0
+    assert TuttiConfig.from_extra({"cluster_enable": False, "cluster_port": 18000}).cluster is None
+    for bad, why in (({"cluster_mastr": "x"}, "unknown cluster option 'cluster_mastr'"),
+                     ({"cluster_port": 0}, "not a TCP port"),
+                     ({"cluster_enable": "maybe"}, "cluster_enable")):
+        with pytest.raises(ConfigError, match=why) as e:
+            TuttiConfig.from_extra(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ClusterError, match="cluster_port"):
+        check_ports(ClusterConfig(port=65000), 1)
+    code = ("import sys; from tutti.vllm.config import TuttiConfig; TuttiConfig.from_extra({'path': '/x'}); "
+            "print(any(m.startswith('mooncake') for m in sys.modules))")
+    assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"

@@ -3,7 +3,7 @@
 Output follows nvme-cli: a table for people, ``--json`` for scripts, on every
 command.  Exit codes are part of the interface (see EXIT_CODES).
 """
-from . import device_cmds, doctor_cmd, gpu_cmd, plan_cmd, profile_cmd, store_cmds  # noqa: F401 - they register their commands on main
+from . import cluster_cmd, device_cmds, doctor_cmd, gpu_cmd, plan_cmd, profile_cmd, store_cmds  # noqa: F401 - they register their commands on main
 from .app import main
 from .common import (
     EXIT_CODES,

@@ -30,10 +30,12 @@ log = logging.getLogger("tutti.cluster")
 class ClusterIndex:
     """Publish, withdraw and look up location descriptors of one store's blocks."""
 
-    def __init__(self, store, link, store_lock, stats):
+    def __init__(self, store, link, store_lock, stats, *, endpoint=None):
+        """``endpoint``: the node whose own entries a lookup leaves out (default: this link's).  The
+        vLLM scheduler looks up through its own link on behalf of its workers' nodes."""
         self.store, self.link, self.lock, self.stats = store, link, store_lock, stats
         self.fp_id = fingerprint_id(store.fingerprint)
-        self.endpoint = link.cfg.endpoint
+        self.endpoint = endpoint or link.cfg.endpoint
         self.master_up = threading.Event()
         self.master_up.set()
 

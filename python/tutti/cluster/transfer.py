@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import threading
 import time
 import uuid as _uuid
@@ -60,7 +61,8 @@ class Transfers:
         self._pending_lock = threading.Lock()
         self._fetch_lock = threading.Lock()  # one fetch at a time uses the landing area
         # Tests only: "flip_served" alters a served block after its verified read (what a bad NIC, a
-        # bad owner or a bug would do); "serve_delay_s=X" holds each answer X s (time to kill the owner).
+        # bad owner or a bug would do); "serve_delay_s=X" holds each answer X s (time to kill the owner);
+        # "kill_on_serve": the owner dies (SIGKILL) when the first request reaches it, unanswered.
         self.faults = dict(f.partition("=")[::2] for f in os.environ.get("TUTTI_CLUSTER_FAULTS", "").split(",") if f)
 
     @staticmethod
@@ -111,6 +113,8 @@ class Transfers:
     # --- the owner's side ----------------------------------------------------------
 
     def _serve(self, m: dict) -> None:
+        if "kill_on_serve" in self.faults:
+            os.kill(os.getpid(), signal.SIGKILL)
         try:
             rid, peer, dst = str(m["id"]), str(m["from"]), int(m["dst"])
             blocks = [(bytes.fromhex(k), int(slot), int(gen), int(dsum)) for k, slot, gen, dsum in m["blocks"]]

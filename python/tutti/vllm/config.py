@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ConfigError
 
@@ -67,6 +68,7 @@ class TuttiConfig:
     shutdown_drain_s: float = 10.0            # time shutdown gives pending saves, then drops the rest
     write_budget: str | int | float | None = None  # SSD write budget (admission.py); None: no budget
     write_admission: str = "expected_value"   # which saves a spent budget still writes (admission.py)
+    cluster: Any = None                       # tutti.cluster.ClusterConfig from the cluster_* keys; None: off
 
     KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
             "lookahead_layers", "write_policy", "save", "load", "load_policy", "save_mode", "max_pending_bytes",
@@ -75,10 +77,11 @@ class TuttiConfig:
     @classmethod
     def from_extra(cls, extra: dict) -> "TuttiConfig":
         extra = dict(extra or {})
-        unknown = sorted(set(extra) - set(cls.KEYS))
+        unknown = sorted(k for k in set(extra) - set(cls.KEYS) if not k.startswith("cluster_"))
         if unknown:
             raise ConfigError(f"TuttiConnector: unknown option(s) {unknown} in "
-                              f"kv_connector_extra_config; known: {list(cls.KEYS)}")
+                              f"kv_connector_extra_config; known: {list(cls.KEYS)} and cluster_* "
+                              "(docs/cluster.md)")
         c = cls()
         if "path" in extra:
             p = extra["path"]
@@ -143,6 +146,7 @@ class TuttiConfig:
                 raise ConfigError(f"shutdown_drain_s: expected seconds between 0 and 3600, got {t!r}")
             c.shutdown_drain_s = float(t)
         _write_admission(c, extra)
+        c.cluster = _cluster(extra)
         return c
 
     def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:
@@ -168,6 +172,23 @@ def _write_admission(c, extra):
             raise ConfigError(f"write_admission: expected one of {', '.join(POLICIES)}, got "
                               f"{extra['write_admission']!r}")
         c.write_admission = extra["write_admission"]
+
+
+def _cluster(extra):
+    """The cluster tier's settings (docs/cluster.md), or None when no ``cluster_*`` key is given (or
+    ``cluster_enable`` is false).  Checked here, so a typo fails the engine's start in one line;
+    Mooncake itself is imported only when a node starts."""
+    keys = {k: v for k, v in extra.items() if k.startswith("cluster_")}
+    if not keys:
+        return None
+    if not _bool(keys.get("cluster_enable", True), "cluster_enable"):
+        return None
+    from ..cluster.config import ClusterConfig
+    from ..errors import ClusterError
+    try:
+        return ClusterConfig.from_extra_config(keys)
+    except ClusterError as e:
+        raise ConfigError(f"TuttiConnector: {e}") from None
 
 
 def _safe_name(model_id):

@@ -113,38 +113,54 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
         meta = self._connector_metadata
         return meta if isinstance(meta, TuttiMetadata) else None
 
+    # Every worker hook that uses the store holds the worker's store_lock: with the cluster tier a
+    # ClusterNode's threads serve peers from the same store (vllm/cluster.py, docs/cluster.md).
+
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._meta()
         if meta is not None and self._worker is not None:
-            self._worker.start_load(meta)
+            self._worker.fetch_remote(meta)  # blocks held by peers, into the store (takes the lock itself)
+            with self._worker.store_lock:
+                self._worker.start_load(meta)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._worker is not None:
-            self._worker.wait_layer(layer_name)
+            with self._worker.store_lock:
+                self._worker.wait_layer(layer_name)
 
     def save_kv_layer(self, layer_name: str, kv_layer: Any, attn_metadata: Any, **kwargs: Any) -> None:
         meta = self._meta()
         if meta is not None and self._worker is not None:
-            self._worker.save_layer(meta, layer_name)
+            with self._worker.store_lock:
+                self._worker.save_layer(meta, layer_name)
 
     def wait_for_save(self) -> None:
         if self._worker is not None:
-            self._worker.finish_save(self._meta())
+            with self._worker.store_lock:
+                self._worker.finish_save(self._meta())
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         if self._worker is None:
             return None, None
-        return self._worker.get_finished(finished_req_ids, self._meta())
+        with self._worker.store_lock:
+            return self._worker.get_finished(finished_req_ids, self._meta())
 
     def handle_preemptions(self, kv_connector_metadata: Any) -> None:
         if self._worker is not None and isinstance(kv_connector_metadata, TuttiMetadata):
-            self._worker.handle_preemptions(kv_connector_metadata)
+            with self._worker.store_lock:
+                self._worker.handle_preemptions(kv_connector_metadata)
 
     def get_block_ids_with_load_errors(self) -> set:
-        return self._worker.take_load_errors() if self._worker is not None else set()
+        if self._worker is None:
+            return set()
+        with self._worker.store_lock:
+            return self._worker.take_load_errors()
 
     def build_connector_worker_meta(self) -> Any:
-        return self._worker.take_worker_meta() if self._worker is not None else None
+        if self._worker is None:
+            return None
+        with self._worker.store_lock:
+            return self._worker.take_worker_meta()
 
     def get_kv_connector_stats(self) -> TuttiStats | None:
         if self._stats.is_empty():
@@ -177,7 +193,9 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
 
     def shutdown(self) -> None:
         if self._worker is not None:
-            self._worker.close()  # pending saves: committed or dropped (bounded: shutdown_drain_s)
+            self._worker.close_cluster()  # first, without the lock: the node's threads may hold it
+            with self._worker.store_lock:
+                self._worker.close()  # pending saves: committed or dropped (bounded: shutdown_drain_s)
         if self._sched is not None:
             self._sched.close()
         if _stats_dir():

@@ -41,6 +41,7 @@ class BlockTransfer:
     keys: list
     block_ids: list
     first: int = 0   # saves: index in the request's blocks of keys[0] (a retry starts there)
+    remote: int = 0  # loads: the last ``remote`` keys are held by peers (cluster tier), fetched first
 
 
 @dataclass

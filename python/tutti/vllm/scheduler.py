@@ -31,7 +31,7 @@ log = logging.getLogger("vllm.tutti")
 
 class _ReqState:
     __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "cut_blocks", "observed",
-                 "gap")
+                 "gap", "remote_from")
 
     def __init__(self, request):
         self.request = request
@@ -42,6 +42,7 @@ class _ReqState:
         self.cut_blocks = 0      # stored blocks the load planner left to be recomputed
         self.observed = False    # its prompt blocks were counted by the write admission
         self.gap = None          # first block the write admission refused (later ones go after it)
+        self.remote_from = None  # first block of the last match that peers hold (cluster tier)
 
 
 class RankIndex:
@@ -136,6 +137,10 @@ class SchedulerSide:
             self.planner = LoadPlanner(shape.block_bytes_per_rank(), self.block_size, shape.n_layers)
         self.step_tokens = {}    # step -> tokens it computed, until rank 0 reports its time
         self.admission = self._make_admission(cfg)  # None: no write budget (everything offered)
+        self.cluster = None      # blocks peers hold (cluster_* keys: vllm/cluster.py)
+        if cfg.cluster is not None and cfg.load:
+            from .cluster import SchedulerCluster
+            self.cluster = SchedulerCluster(cfg.cluster, shape.tp_size)
         self._block_bytes = None
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
@@ -173,6 +178,12 @@ class SchedulerSide:
             st = self.reqs[request.request_id] = _ReqState(request)
         st.local_tokens = num_computed_tokens
         st.cut_blocks = 0
+        st.remote_from = last
+        if self.cluster is not None and last < limit:
+            # Blocks after the local hit that peers hold: fetched into the store by the workers
+            # before the step's read (vllm/cluster.py); one batched, bounded lookup.
+            last += self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
+                                               [self.key(h) for h in hashes[last:limit]])
         if self.planner is not None and last > first:
             k = self.planner.blocks_to_load(last - first, request.num_prompt_tokens - num_computed_tokens)
             st.cut_blocks, last = last - first - k, first + k
@@ -192,8 +203,10 @@ class SchedulerSide:
         first = st.local_tokens // self.block_size
         n = num_external_tokens // self.block_size
         keys = [self.key(h) for h in request.block_hashes[first:first + n]]
+        remote = max(0, first + n - st.remote_from) if st.remote_from is not None else 0
+        self.stats.add(remote_hit_tokens=remote * self.block_size)
         self.pending_loads.append(BlockTransfer(request.request_id, keys,
-                                                list(block_ids[first:first + n])))
+                                                list(block_ids[first:first + n]), remote=remote))
         # Loaded blocks need no save.
         st.next_save = max(st.next_save, first + n)
 
@@ -474,5 +487,7 @@ class SchedulerSide:
         return bool(self.holding)
 
     def close(self):
+        if self.cluster is not None:
+            self.cluster.close()
         for r in self.ranks:
             r.close()

@@ -16,6 +16,9 @@ except ImportError:  # the worker side without vLLM (its tests on the GPU machin
 
 COUNTERS = (
     "hit_tokens",        # scheduler: tokens promised from the store
+    "remote_hit_tokens", # scheduler: of those, tokens peers hold (cluster tier), fetched before the load
+    "remote_blocks",     # worker: blocks fetched from peers into the store, verified
+    "remote_errors",     # worker: remote blocks that did not arrive verified: recomputed
     "query_tokens",      # scheduler: prompt tokens asked about
     "load_cut_tokens",   # scheduler: stored tokens recomputed because loading them would not pay
     "load_blocks", "load_bytes", "load_s",

@@ -50,6 +50,7 @@ reported back (``unsaved``) and offered again once their KV is sound.
 """
 import errno
 import logging
+import threading
 import time
 
 from . import fault_hooks
@@ -120,6 +121,11 @@ class WorkerSide(SavesMixin):
         self._fwd = None        # (start, step) of the forward in progress
         self._stall = 0.0       # its seconds waiting for loads
         self._init_saves(cfg)   # saves.py
+        # Cluster tier (cluster_* keys, vllm/cluster.py): a ClusterNode serves peers from this store on
+        # its own threads, so every use of the store holds store_lock (the facade takes it around each
+        # worker hook, connector.py); without a cluster nothing else takes it.
+        self.store_lock = threading.RLock()
+        self.cluster = None
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -136,6 +142,10 @@ class WorkerSide(SavesMixin):
             if dropped:
                 log.warning("tutti: rank %d dropped %d blocks that a crash left committed on "
                             "some ranks only", self.rank, len(dropped))
+        if self.cfg.cluster is not None:  # after reconcile: only blocks every rank holds are published
+            from .cluster import WorkerCluster
+            self.cluster = WorkerCluster(self.store, self.cfg.cluster, self.rank, self.shape.tp_size,
+                                         self.store_lock)
 
     def tp_group(self):
         """The group the ranks' commits agree over: vLLM's TP group on the CPU (gloo)."""
@@ -148,6 +158,35 @@ class WorkerSide(SavesMixin):
         return self.layout.name_to_layer.get(layer_name)
 
     # --- loads ------------------------------------------------------------------------
+
+    def fetch_remote(self, meta):
+        """Before the step's local read: bring the load's remote blocks (held by peers, cluster tier)
+        into this rank's store, verified against their owner's committed checksum.  Called *without*
+        store_lock (the node's thread that takes a peer's answer may need it to serve another peer
+        meanwhile); a block that does not arrive is not in the store, so start_load reports it as a
+        load error and vLLM recomputes it."""
+        if self.cluster is None or meta is None or self.store is None:
+            return
+        remote = [k for t in meta.loads if t.remote for k in t.keys[len(t.keys) - t.remote:]]
+        if not remote:
+            return
+        keys = [k for t in meta.loads for k in t.keys]
+        with self.store_lock:
+            # Every key of the step touched (heads last), so the fetched blocks' slots are taken from
+            # older blocks, not from this step's local hits; remote keys already here need no fetch.
+            slots = dict(zip(keys[::-1], self.store.lookup(keys[::-1])))
+        want = [k for k in remote if slots.get(k) is None]
+        ok = self.cluster.fetch(want)
+        n = sum(ok)
+        self.stats.add(remote_blocks=n, remote_errors=len(want) - n)
+        got = [k for k, good in zip(want, ok) if good]
+        if got:  # the scheduler's index learns of the replicas (its next match finds them local)
+            with self.store_lock:
+                self._events += [SlotEvent(self.rank, s, k) for k, s in zip(got, self.store.lookup(got))
+                                 if s is not None]
+        if n < len(want):
+            log.warning("tutti cluster: %d of %d blocks did not arrive from peers: recomputed",
+                        len(want) - n, len(want))
 
     def start_load(self, meta):
         self._finish_load()  # a previous step's load that never saw its last layer
@@ -340,6 +379,8 @@ class WorkerSide(SavesMixin):
         if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
                 or self._load_perf or self._step_perf):
             return None
+        if self.cluster is not None:  # this step's commits: published by the node's thread
+            self.cluster.publish([e.key for e in self._events if e.key is not None])
         meta = TuttiWorkerMeta(events=self._events, missing=self._missing,
                                failures=list(self._unacked.values()), unsaved=self._unsaved,
                                drained=[(self.rank, drained)] if new_drained else [],
@@ -349,7 +390,14 @@ class WorkerSide(SavesMixin):
         self._load_perf, self._step_perf = [], []
         return meta
 
+    def close_cluster(self):
+        """Leave the cluster (withdraw, stop serving); without store_lock: its threads may hold it."""
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
     def close(self):
+        self.close_cluster()
         self.abort_save()  # first: an aborted load would issue the queued writes
         self._abort_load()
         if self.store is not None:

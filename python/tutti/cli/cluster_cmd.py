@@ -1,0 +1,76 @@
+"""tutti-admin cluster serve: keep a store's blocks reachable by the cluster tier (docs/cluster.md).
+
+A vLLM engine with ``cluster_*`` keys runs a ClusterNode itself while it serves; when it stops, its
+entries leave the cluster with it.  ``cluster serve`` opens a store (exclusively, like the engine)
+and runs a node over it until SIGTERM or Ctrl-C: it publishes everything the store holds and serves
+peers' fetches, verified, from it.  Useful to keep what a stopped engine computed available, and
+to the tests.  Needs ``pip install 'tutti[cluster]'`` (Mooncake).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+import click
+
+from .app import main
+from .common import EXIT_CODES, EXIT_STORE, EXIT_USAGE, CliError, _emit_json, _json_opt, _open, _paths_arg
+
+
+@main.group("cluster", epilog=EXIT_CODES)
+def cluster_group():
+    """The cluster tier on Mooncake: serve a store's blocks to other nodes."""
+
+
+@cluster_group.command("serve", epilog=EXIT_CODES)
+@_paths_arg()
+@click.option("--master", default="127.0.0.1:50051", show_default=True, help="mooncake_master RPC address")
+@click.option("--metadata", default="http://127.0.0.1:8080/metadata", show_default=True,
+              help="the master's HTTP metadata server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="this node's address as peers reach it")
+@click.option("--port", type=click.IntRange(1, 65535), default=17001, show_default=True,
+              help="this node's transfer port (its node id with --host)")
+@click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
+              help="any other cluster_* key of docs/cluster.md, e.g. -o cluster_fetch_timeout_s=5")
+@_json_opt
+def serve_cmd(paths, master, metadata, host, port, options, as_json):
+    """Publish a store's blocks and serve them to peers until SIGTERM or Ctrl-C.
+
+    Prints one line when the node is serving (--json: one JSON object), then runs until stopped; on
+    stop it withdraws its entries from the cluster (bounded) and exits 0.
+    """
+    from ..cluster import ClusterConfig, ClusterNode
+    from ..errors import ClusterError
+
+    extra = {"cluster_master": master, "cluster_metadata": metadata, "cluster_host": host, "cluster_port": port}
+    for opt in options:
+        key, eq, value = opt.partition("=")
+        if not eq or not key.startswith("cluster_"):
+            raise CliError(f"--option {opt!r}: expected cluster_KEY=VALUE", EXIT_USAGE)
+        extra[key] = value
+    try:
+        cfg = ClusterConfig.from_extra_config(extra)
+    except ClusterError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with _open(paths, "cluster serve") as store:
+        try:
+            node = ClusterNode(store, cfg)
+        except ClusterError as e:  # Mooncake missing, master or metadata server unreachable, port taken
+            raise CliError(str(e), EXIT_STORE) from None
+        try:
+            with node.store_lock:  # the node's threads are serving already
+                blocks = len(store.committed())
+            info = {"endpoint": cfg.endpoint, "master": cfg.master, "store_uuid": store.uuid,
+                    "blocks": blocks, "published": node.stats["published"]}
+            if as_json:
+                _emit_json(info)
+            else:
+                click.echo(f"serving {info['blocks']} blocks of {', '.join(paths)} at {cfg.endpoint} "
+                           f"(master {cfg.master}); SIGTERM or Ctrl-C stops")
+            while not stop.wait(1.0):
+                pass
+        finally:
+            node.close()

@@ -1,0 +1,216 @@
+"""The cluster tier in the connector (tutti.cluster, docs/cluster.md): blocks other nodes hold.
+
+Scheduler side (``SchedulerCluster``): after the local hit, one batched lookup in Mooncake's index
+says how many further blocks of the prompt peers hold; those count as loadable and travel in the
+step's load as *remote* (``BlockTransfer.remote``).  It has its own lookup-only Mooncake client (no
+segment, serves nothing) at ``cluster_port + 1000``; it never touches a store (names are hashed
+from keys; the rank's fingerprint and geometry come from the scheduler's read-only snapshot).
+
+Worker side (``WorkerCluster``): rank r runs a ClusterNode over its store at ``cluster_port + r``:
+it serves peers, publishes what its store holds (at start, then each commit: ``publish``), and
+before a step's local read fetches that step's remote blocks into its store (``fetch``), where
+they are verified against their owner's committed checksum; from then on they are local blocks
+and go through the normal verified load path.  A block that does not arrive is a load error
+(recomputed).
+
+Neither side ever waits unbounded for Mooncake: every call has a deadline (tutti.cluster.bounded),
+a master that is down makes lookups misses at once (a keeper checks it each
+cluster_keeper_interval_s), and a node or client that cannot start now is retried in the
+background (``RETRY_S``) while the connector serves from its local store.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import queue
+import threading
+from typing import Any
+
+from ..errors import CallTimeout, ClusterError
+
+log = logging.getLogger("vllm.tutti")
+
+SCHEDULER_PORT_OFFSET = 1000   # the scheduler's lookup client: cluster_port + 1000
+RETRY_S = 5.0                  # a node or client that could not start is tried again this often
+PROBE_NAME = "tutti/v1/probe"  # a name nobody writes: its lookup tells whether the master answers
+
+
+def worker_config(ccfg, rank: int):
+    """Rank ``rank``'s node: its own endpoint (cluster_port + rank)."""
+    return dataclasses.replace(ccfg, port=ccfg.port + rank)
+
+
+def scheduler_config(ccfg):
+    """The scheduler's lookup-only client: cluster_port + 1000, no Mooncake segment of its own."""
+    return dataclasses.replace(ccfg, port=ccfg.port + SCHEDULER_PORT_OFFSET, index_bytes=0)
+
+
+def check_ports(ccfg, tp_size: int) -> None:
+    top = ccfg.port + max(tp_size - 1, SCHEDULER_PORT_OFFSET)
+    if top > 65535:
+        raise ClusterError(f"cluster_port {ccfg.port}: the scheduler's client needs port {top} "
+                           f"(cluster_port + {SCHEDULER_PORT_OFFSET}); choose a lower cluster_port")
+
+
+class _NoLock:
+    """The scheduler's lookups never touch a store (ClusterIndex only locks to publish)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class SchedulerCluster:
+    """Lookups of blocks held by peers, for every TP rank, through one lookup-only client."""
+
+    def __init__(self, ccfg, tp_size: int):
+        check_ports(ccfg, tp_size)
+        self.cfg = scheduler_config(ccfg)
+        self.worker_endpoints = [worker_config(ccfg, r).endpoint for r in range(tp_size)]
+        self.stats: collections.Counter = collections.Counter()
+        self.master_up = threading.Event()
+        self.link: Any = None  # tutti.cluster.link.Link once connected
+        self._indexes: dict = {}
+        self._stop = threading.Event()
+        self._connect()  # first try now: the first request should not miss for want of a client
+        self._thread = threading.Thread(target=self._keep, name="tutti-cluster-sched", daemon=True)
+        self._thread.start()
+
+    def _connect(self) -> bool:
+        from ..cluster.link import Link
+        try:
+            self.link = Link(self.cfg, 4096)
+        except ClusterError as e:
+            log.warning("tutti cluster: scheduler client at %s: %s (local hits only; retried every %g s)",
+                        self.cfg.endpoint, e, RETRY_S)
+            return False
+        self.master_up.set()
+        log.info("tutti cluster: scheduler looks up peers' blocks through %s (client %s)",
+                 self.cfg.master, self.cfg.endpoint)
+        return True
+
+    def _keep(self) -> None:
+        while self.link is None:
+            if self._stop.wait(RETRY_S):
+                return
+            self._connect()
+        link = self.link
+        while not self._stop.wait(self.cfg.keeper_interval_s):
+            try:
+                up = link.call(link.store.is_exist, PROBE_NAME, what="check the master") >= 0
+            except CallTimeout:
+                up = False
+            if up != self.master_up.is_set():
+                log.warning("tutti cluster: master %s %s", self.cfg.master,
+                            "answers again" if up else "unreachable: local hits only until it answers")
+            (self.master_up.set if up else self.master_up.clear)()
+
+    def _index(self, rank: int, snapshot):
+        idx = self._indexes.get(rank)
+        if idx is None or idx.store is not snapshot:
+            from ..cluster.index import ClusterIndex
+            idx = ClusterIndex(snapshot, self.link, _NoLock(), self.stats,
+                               endpoint=self.worker_endpoints[rank])
+            idx.master_up = self.master_up
+            self._indexes[rank] = idx
+        return idx
+
+    def remote_prefix(self, snapshots, keys) -> int:
+        """How many of ``keys``, from the first, peers hold for every rank (0 while the client is
+        not connected, the master is down, or a rank's store is not there yet)."""
+        if not keys or self.link is None or not self.master_up.is_set() or any(s is None for s in snapshots):
+            return 0
+        n = len(keys)
+        for rank, snap in enumerate(snapshots):
+            n = min(n, self._index(rank, snap).lookup_prefix(keys[:n]))
+            if n == 0:
+                break
+        return n
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(self.cfg.call_timeout_s + 1)
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+
+
+class WorkerCluster:
+    """Rank ``rank``'s ClusterNode over its store: serve peers, publish commits, fetch remote blocks.
+
+    ``lock`` is the worker's store lock: the node's threads (serving peers, re-publishing) use the
+    store only under it, and the worker holds it in every hook that uses the store (connector.py).
+    """
+
+    def __init__(self, store, ccfg, rank: int, tp_size: int, lock):
+        check_ports(ccfg, tp_size)
+        self.store, self.lock = store, lock
+        self.cfg = worker_config(ccfg, rank)
+        self.node: Any = None  # tutti.cluster.ClusterNode once joined
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()  # keys to publish; None: stop
+        self._stop = threading.Event()
+        self._start()  # first try now, without the publish (the thread does that)
+        self._thread = threading.Thread(target=self._run, name="tutti-cluster-worker", daemon=True)
+        self._thread.start()
+
+    def _start(self) -> bool:
+        from ..cluster.node import ClusterNode
+        try:
+            self.node = ClusterNode(self.store, self.cfg, store_lock=self.lock, publish_now=False)
+        except ClusterError as e:
+            log.warning("tutti cluster: node %s: %s (local store only; retried every %g s)",
+                        self.cfg.endpoint, e, RETRY_S)
+            return False
+        log.info("tutti cluster: node %s joined %s", self.cfg.endpoint, self.cfg.master)
+        return True
+
+    def _run(self) -> None:
+        while self.node is None:
+            if self._stop.wait(RETRY_S):
+                return
+            self._start()
+        try:
+            n = self.node.index.republish_all()
+            log.info("tutti cluster: node %s published %d blocks", self.cfg.endpoint, n)
+        except CallTimeout as e:
+            log.warning("tutti cluster: first publish failed (%s); the node's keeper retries", e)
+        while True:
+            keys = self._todo.get()
+            if keys is None:
+                return
+            try:
+                self.node.publish(keys)
+            except CallTimeout as e:  # the keeper re-publishes everything when the master comes back
+                log.info("tutti cluster: publish: %s", e)
+
+    def publish(self, keys) -> None:
+        """Blocks just committed: published by the node's thread (the step does not wait)."""
+        if keys:
+            self._todo.put(list(keys))
+
+    def fetch(self, keys) -> list:
+        """Fetch ``keys`` from their owners into the store (call *without* the store lock: the node's
+        thread that takes the owner's answer may be waiting for it); per key True when its block is
+        now in the store, verified against its owner's committed checksum."""
+        node = self.node
+        if node is None or not keys:
+            return [False] * len(keys)
+        try:
+            return node.fetch_into_store(keys)
+        except (CallTimeout, ClusterError, OSError) as e:  # the store's put failing: a miss, said once
+            log.warning("tutti cluster: fetching %d blocks failed: %s", len(keys), e)
+            return [False] * len(keys)
+
+    def stats(self) -> dict:
+        return dict(self.node.stats) if self.node is not None else {}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._todo.put(None)
+        self._thread.join(self.cfg.call_timeout_s * 2 + 1)
+        if self.node is not None:
+            self.node.close()
+            self.node = None

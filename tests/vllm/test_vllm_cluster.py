@@ -1,0 +1,134 @@
+"""The cluster tier through the connector (docs/cluster.md), with a real mooncake_master on loopback.
+
+Node A (a vLLM engine, its own process and store) computes the prompts and stores them.  Its engine
+then exits (its node withdraws its entries), so an owner process keeps A's store reachable:
+``tutti-admin cluster serve``.  Node B (another engine process, its own empty store) answers the same
+prompts: the prefix comes from A's store through the cluster, verified, and its outputs equal those
+of a run without any connector.  An owner that dies when B's fetch reaches it costs B a recompute,
+never a wrong output.
+"""
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mooncake.store", reason="Mooncake is not installed (pip install 'tutti[cluster]')")
+
+from helpers.mooncake_master import Master, free_port
+from tutti import Store
+from vllm_engine import run_engine, scheduler_stats, worker_stats
+
+
+def _port_with_scheduler() -> int:
+    """A free port whose scheduler client port (+1000, vllm/cluster.py) is free too."""
+    for _ in range(50):
+        p = free_port()
+        if p + 1000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + 1000))
+            except OSError:
+                continue
+        return p
+    raise RuntimeError("no free port pair")
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory):
+    # client_ttl long: a dead owner's entries outlive it, so B is really sent to it (and gets nothing).
+    m = Master(tmp_path_factory.mktemp("master"), client_ttl=60).start()
+    yield m
+    m.kill()
+
+
+def cluster_keys(master, port=None):
+    return {"cluster_master": master.address, "cluster_metadata": master.metadata,
+            "cluster_port": port or _port_with_scheduler(), "cluster_call_timeout_s": 1,
+            "cluster_fetch_timeout_s": 4, "cluster_keeper_interval_s": 0.5, "cluster_index_bytes": 16 << 20}
+
+
+class Owner:
+    """``tutti-admin cluster serve PATH`` in its own process, ready once it says it serves."""
+
+    def __init__(self, tmp, path, master, env=None):
+        self.err = open(os.path.join(tmp, f"owner-{os.getpid()}-{id(self)}.err"), "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tutti.cli", "cluster", "serve", path, "--master", master.address,
+             "--metadata", master.metadata, "--port", str(free_port()), "-o", "cluster_keeper_interval_s=0.5"],
+            stdout=subprocess.PIPE, stderr=self.err, text=True, env={**os.environ, **(env or {})})
+        r, _, _ = select.select([self.proc.stdout], [], [], 60)
+        line = self.proc.stdout.readline() if r else ""
+        assert line.startswith("serving "), f"owner did not start ({self.proc.poll()}): see {self.err.name}"
+        self.blocks = int(line.split()[1])
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(30)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def node_a(vtmp, model, prompts, master):
+    """A's store, written by an engine with the cluster on (its node publishes, then leaves)."""
+    path = os.path.join(vtmp, "cluster-a", "kv.img")
+    res = run_engine(vtmp, "cluster-a", model=model, prompts=prompts, store=path,
+                     extra={"capacity": "32MiB", **cluster_keys(master)})
+    return path, res
+
+
+def _blocks(path):
+    with Store.open([path], readonly=True, shared=True, engine="psync") as s:
+        return s.info()["n_committed"]
+
+
+def test_node_b_loads_what_node_a_computed(vtmp, model, prompts, baseline, block, master, node_a):
+    path_a, res_a = node_a
+    assert res_a["outputs"] == baseline
+    assert worker_stats(res_a)["save_blocks"] >= len(prompts[0]) // block
+    owner = Owner(vtmp, path_a, master)
+    try:
+        assert owner.blocks == _blocks(path_a)
+        path_b = os.path.join(vtmp, "cluster-b", "kv.img")
+        res = run_engine(vtmp, "cluster-b", model=model, prompts=prompts, store=path_b,
+                         extra={"capacity": "32MiB", **cluster_keys(master)})
+    finally:
+        assert owner.stop() == 0  # SIGTERM: withdraws and exits 0
+    assert res["outputs"] == baseline
+    sched, work = scheduler_stats(res), worker_stats(res)
+    assert sched["remote_hit_tokens"] >= len(prompts[0]) - block
+    assert work["remote_blocks"] * block >= len(prompts[0]) - block
+    assert work.get("remote_errors", 0) == 0
+    assert work.get("load_errors", 0) == 0 and work.get("corrupt_blocks", 0) == 0
+    # The fetched blocks went through B's store (a local replica): loaded from there, verified.
+    assert work["load_blocks"] >= work["remote_blocks"]
+    assert _blocks(path_b) >= work["remote_blocks"]
+
+
+def test_owner_killed_before_the_fetch_means_recompute(vtmp, model, prompts, baseline, block, master, node_a):
+    path_a, _ = node_a
+    # The owner publishes, then dies (SIGKILL) when B's first fetch request reaches it: B's
+    # scheduler has counted the blocks as remote, B's worker gets nothing within its fetch timeout.
+    owner = Owner(vtmp, path_a, master, env={"TUTTI_CLUSTER_FAULTS": "kill_on_serve"})
+    try:
+        path_b = os.path.join(vtmp, "cluster-b-dead-owner", "kv.img")
+        res = run_engine(vtmp, "cluster-b-dead-owner", model=model, prompts=prompts, store=path_b,
+                         extra={"capacity": "32MiB", **cluster_keys(master)})
+    finally:
+        owner.kill()
+    assert owner.proc.returncode == -signal.SIGKILL
+    assert res["outputs"] == baseline
+    sched, work = scheduler_stats(res), worker_stats(res)
+    assert sched["remote_hit_tokens"] >= len(prompts[0]) - block
+    assert work.get("remote_blocks", 0) == 0
+    assert work["remote_errors"] * block >= len(prompts[0]) - block
+    assert work["load_errors"] >= work["remote_errors"]  # reported to vLLM: recomputed
