@@ -11,10 +11,17 @@ from tutti.errors import ConfigError  # noqa: E402
 from tutti.vllm.config import TuttiConfig  # noqa: E402
 
 HOSTILE = ([1], {"a": 1}, None, -1, 1e99, "", " ", "x" * 10000, True, math.nan, math.inf, -math.inf,
-           [None], ["a", 3], b"x", object())
+           [None], ["a", 3], b"x", object(), 0, 70000, 1.5)
 
 
-@pytest.mark.parametrize("key", TuttiConfig.KEYS)
+def _cluster_keys():
+    from dataclasses import fields
+
+    from tutti.cluster.config import ClusterConfig
+    return ["cluster_" + f.name for f in fields(ClusterConfig)] + ["cluster_enable"]
+
+
+@pytest.mark.parametrize("key", list(TuttiConfig.KEYS) + _cluster_keys())
 def test_hostile_values_are_config_errors_naming_the_option(key):
     for bad in HOSTILE:
         try:
@@ -23,7 +30,10 @@ def test_hostile_values_are_config_errors_naming_the_option(key):
             assert key in str(e), f"{key}={bad!r}: {e}"
             continue
         # Accepted: only where the value is meaningful for that option.
-        got = getattr(c, key)
+        got = getattr(c.cluster, key[len("cluster_"):], c.cluster) if key.startswith("cluster_") \
+            else getattr(c, key)
+        if key == "cluster_enable":
+            continue  # a bool (checked by _bool); accepted: the ClusterConfig itself
         assert got is None or isinstance(got, (str, int, float, list)), f"{key}={bad!r} accepted as {got!r}"
         assert not (isinstance(got, float) and not math.isfinite(got)), f"{key}={bad!r} accepted as {got!r}"
 

@@ -43,11 +43,7 @@ class ClusterConfig:
             if name not in known:
                 raise ClusterError(f"unknown cluster option {k!r} (known: "
                                    f"{', '.join('cluster_' + n for n in known)})")
-            typ = type(getattr(cls, name))
-            try:
-                kw[name] = typ(v)
-            except (TypeError, ValueError):
-                raise ClusterError(f"cluster option {k}={v!r} is not a {typ.__name__}") from None
+            kw[name] = _coerce(k, v, type(getattr(cls, name)))
         cfg = cls(**kw)
         cfg.check()
         return cfg
@@ -56,7 +52,38 @@ class ClusterConfig:
         if not 0 < self.port < 65536:
             raise ClusterError(f"cluster_port {self.port} is not a TCP port")
         for name in ("call_timeout_s", "fetch_timeout_s", "keeper_interval_s"):
-            if not getattr(self, name) > 0:
-                raise ClusterError(f"cluster_{name} must be > 0: every wait is bounded")
-        if self.batch_blocks < 1:
-            raise ClusterError("cluster_batch_blocks must be >= 1")
+            if not 0 < getattr(self, name) <= 3600:
+                raise ClusterError(f"cluster_{name} must be > 0 and at most 3600 s: every wait is bounded")
+        if not 1 <= self.batch_blocks <= 4096:
+            raise ClusterError("cluster_batch_blocks must be between 1 and 4096")
+        if not 1 << 20 <= self.index_bytes <= 1 << 40:
+            raise ClusterError("cluster_index_bytes must be between 1 MiB and 1 TiB")
+        for name in ("master", "metadata", "host", "protocol"):
+            v = getattr(self, name)
+            if not v.strip() or len(v) > 1024 or any(ord(c) < 32 for c in v):
+                raise ClusterError(f"cluster_{name} {v[:60]!r} is not an address")
+
+
+def _coerce(key: str, v: object, typ: type) -> object:
+    """``v`` as the option's type: an int from an int or its digits, a float from a finite number, text
+    from text; anything else (a bool, a list, NaN, 1.5 blocks) is refused with the option's name."""
+    import math
+
+    if typ is str:
+        if isinstance(v, str):
+            return v
+    elif typ is int:
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+            return int(v)
+    elif typ is float:
+        try:
+            f = float(v) if isinstance(v, (int, float, str)) and not isinstance(v, bool) else math.nan
+        except ValueError:
+            f = math.nan
+        if math.isfinite(f):
+            return f
+    raise ClusterError(f"cluster option {key}={v!r:.60} is not a {typ.__name__}")
