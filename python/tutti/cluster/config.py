@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 from .errors import ClusterError
 
@@ -64,7 +65,7 @@ class ClusterConfig:
                 raise ClusterError(f"cluster_{name} {v[:60]!r} is not an address")
 
 
-def _coerce(key: str, v: object, typ: type) -> object:
+def _coerce(key: str, v: object, typ: type) -> Any:
     """``v`` as the option's type: an int from an int or its digits, a float from a finite number, text
     from text; anything else (a bool, a list, NaN, 1.5 blocks) is refused with the option's name."""
     import math
