@@ -57,8 +57,8 @@ class ClusterConfig:
                 raise ClusterError(f"cluster_{name} must be > 0 and at most 3600 s: every wait is bounded")
         if not 1 <= self.batch_blocks <= 4096:
             raise ClusterError("cluster_batch_blocks must be between 1 and 4096")
-        if not 1 << 20 <= self.index_bytes <= 1 << 40:
-            raise ClusterError("cluster_index_bytes must be between 1 MiB and 1 TiB")
+        if not 1 << 12 <= self.index_bytes <= 1 << 40:
+            raise ClusterError("cluster_index_bytes must be between 4 KiB and 1 TiB")
         for name in ("master", "metadata", "host", "protocol"):
             v = getattr(self, name)
             if not v.strip() or len(v) > 1024 or any(ord(c) < 32 for c in v):
