@@ -26,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -68,6 +69,9 @@ BASE = {
     # fake roots (an empty directory): no GPU, no NVMe, nothing in procfs to judge: ready
     "doctor": ([], {"--sysfs-root": E("dir"), "--procfs-root": E("dir"), "--dev-root": E("dir"),
                     "--etc-root": E("dir")}),
+    # a group: only its own options (--help) are tried on it; its commands have lines of their own
+    "cluster": ([], {}),
+    "cluster serve": ([E("store.img")], {"--check": None}),  # options and store checked, no cluster joined
 }
 # Options a tested option cannot be given with: dropped from the base line first.
 DROPS = {"model_config": ("--layers", "--kv-heads", "--head-dim"), "capacity": ("--slots",),
@@ -270,6 +274,11 @@ OPTIONS = {  # parameter name -> the catalogue of its bad values (the kind of va
                                ("40 digits", "9" * 40 + ":0", U)),
 }
 OPTIONS.update({
+    "master": text(), "metadata": text(), "host": text(), "port": whole(1, lambda: 65535), "check_only": flag,
+    "options": lambda cmd: _words(("no value", "cluster_port", U), ("not a cluster key", "x=1", U),
+                                  ("unknown key", "cluster_nope=1", U), ("not a number", "cluster_port=x", U),
+                                  ("unbounded wait", "cluster_call_timeout_s=inf", U),
+                                  ("control character", "cluster_host=a\nb", U)),
     "prometheus": flag, "rated_tbw": finite(), "dwpd": finite(), "warranty_years": finite(),
     **{f"{r}_root": lambda cmd: [("empty", "", U), ("missing", E("missing-dir"), U), ("a file", E("notstore.img"), U),
                                  ("FIFO", E("fifo"), U)] for r in ("sysfs", "procfs", "dev", "etc")},
@@ -304,11 +313,34 @@ def _catalogue(cmd: str, pname: str):
     return OPTIONS_BY_COMMAND.get((cmd, pname)) or OPTIONS.get(pname)
 
 
-def _tree():
-    """(command name or None for the group, parameter) for every parameter of the command tree."""
-    out = [(None, p) for p in main.get_params(_CTX)]
+def _command(path: str):
+    """The click command of ``path`` ("info", "cluster serve")."""
+    cmd = main
+    for word in path.split():
+        cmd = cmd.get_command(_CTX, word)
+    return cmd
+
+
+def _is_group(path: str) -> bool:
+    return isinstance(_command(path), click.Group)
+
+
+def _command_paths() -> list:
+    """Every command, and every command of a group ("cluster serve")."""
+    out = []
     for name in main.list_commands(_CTX):
-        out += [(name, p) for p in main.get_command(_CTX, name).get_params(_CTX)]
+        out.append(name)
+        sub = main.get_command(_CTX, name)
+        if isinstance(sub, click.Group):
+            out += [f"{name} {n}" for n in sub.list_commands(_CTX)]
+    return out
+
+
+def _tree():
+    """(command path or None for tutti-admin itself, parameter) for every parameter of the command tree."""
+    out = [(None, p) for p in main.get_params(_CTX)]
+    for path in _command_paths():
+        out += [(path, p) for p in _command(path).get_params(_CTX)]
     return out
 
 
@@ -331,7 +363,7 @@ def test_every_parameter_has_bad_values():
     assert not missing, "no bad-value coverage for: " + ", ".join(missing)
     unused = set(OPTIONS) - {_name(p) for _, p in _tree()}
     assert not unused, f"catalogue rows for parameters that no longer exist: {sorted(unused)}"
-    assert set(BASE) == set(main.list_commands(None)), "every command needs a valid base command line"
+    assert set(BASE) == set(_command_paths()), "every command needs a valid base command line"
 
 
 def test_exit_codes_used_here_are_the_documented_ones():
@@ -433,7 +465,7 @@ def command_line(cmd, pname, value, d: Path) -> list:
         value = value()
     args, opts = BASE[cmd]
     opts = {k: v for k, v in opts.items() if k not in DROPS.get(pname, ())}
-    param = next(p for p in main.get_command(_CTX, cmd).get_params(_CTX) if _name(p) == pname)
+    param = next(p for p in _command(cmd).get_params(_CTX) if _name(p) == pname)
     extra = []
     if param.param_type_name == "argument":
         args = value if isinstance(value, list) else [value]
@@ -446,7 +478,7 @@ def command_line(cmd, pname, value, d: Path) -> list:
         else:
             for v in (value if isinstance(value, list) else [value]):
                 extra += [name, v]
-    return [cmd, *[_resolve(a, d) for a in args], *_resolve(_flat(opts), d), *_resolve(extra, d)]
+    return [*cmd.split(), *[_resolve(a, d) for a in args], *_resolve(_flat(opts), d), *_resolve(extra, d)]
 
 
 def snapshot(d: Path) -> dict:
@@ -486,7 +518,7 @@ def assert_one_error_line(res, cmd, code):
 # ---------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("cmd", sorted(BASE))
+@pytest.mark.parametrize("cmd", sorted(c for c in BASE if not _is_group(c)))
 def test_base_command_lines_work(env, cmd, tmp_path):
     """Each base line succeeds, so a bad value put into it is what makes it fail."""
     for name in ("store.img", "bench.img"):
@@ -494,7 +526,7 @@ def test_base_command_lines_work(env, cmd, tmp_path):
     rename = {"store.img": str(tmp_path / "store.img"), "bench.img": str(tmp_path / "bench.img"),
               "profile-out.json": str(tmp_path / "profile-out.json")}
     args, opts = BASE[cmd]
-    run_ok([cmd, *_resolve(args, env, rename), *_resolve(_flat(opts), env, rename)])
+    run_ok([*cmd.split(), *_resolve(args, env, rename), *_resolve(_flat(opts), env, rename)])
 
 
 @pytest.mark.parametrize("cmd,pname,value,code", _cases())
@@ -507,11 +539,12 @@ def test_bad_value(env, cmd, pname, value, code):
 
 @pytest.mark.parametrize("cmd", sorted(BASE))
 def test_unknown_option_and_extra_argument(env, cmd):
-    assert_one_error_line(run_cli([cmd, "--no-such-option"]), cmd, U)
-    params = main.get_command(None, cmd).params
+    assert_one_error_line(run_cli([*cmd.split(), "--no-such-option"]), cmd, U)
+    params = _command(cmd).params
     if not any(p.param_type_name == "argument" and p.nargs == -1 for p in params):
         args, opts = BASE[cmd]
-        assert_one_error_line(run_cli([cmd, *_resolve(args, env), "extra", *_resolve(_flat(opts), env)]), cmd, U)
+        assert_one_error_line(run_cli([*cmd.split(), *_resolve(args, env), "extra", *_resolve(_flat(opts), env)]),
+                              cmd, U)
 
 
 @pytest.mark.parametrize("argv,cmd", [

@@ -32,5 +32,5 @@ def test_unreachable_master_is_exit_3(tmp_path):
     assert r.returncode == 3, r.stderr
     # Mooncake's own log lines (glog) come around it; tutti says it once, in one line.
     ours = [line for line in r.stderr.splitlines() if line.startswith("tutti-admin: error:")]
-    assert len(ours) == 1 and ours[0].startswith("tutti-admin: error: cluster: "), r.stderr
+    assert len(ours) == 1 and ours[0].startswith("tutti-admin: error: cluster serve: "), r.stderr
     assert "did not start" in ours[0] or "refused" in ours[0]

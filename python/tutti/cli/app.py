@@ -56,12 +56,22 @@ def _unexpected(e: BaseException, command: str | None) -> CliError:
                     f"{DEBUG_ENV}=1 shows where)", EXIT_INTERNAL)
 
 
+def _path(ctx: click.Context) -> str:
+    """The command as the user typed it after the program's name ("cluster serve")."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names))
+
+
 class AdminGroup(click.Group):
-    """click.Group whose every failure is one line with a documented exit code."""
+    """click.Group whose every failure is one line with a documented exit code (nested groups too:
+    errors name the whole command, "cluster serve")."""
 
     def resolve_command(self, ctx, args):
         name, cmd, rest = super().resolve_command(ctx, args)
-        ctx.meta[_COMMAND] = cmd.name if cmd else name
+        ctx.meta[_COMMAND] = " ".join(filter(None, [_path(ctx), cmd.name if cmd else name]))
         return name, cmd, rest
 
     def make_context(self, info_name, args, parent=None, **extra):
@@ -82,7 +92,7 @@ class AdminGroup(click.Group):
         except CliError as e:
             raise _named(e, ctx.meta.get(_COMMAND)) from e
         except click.UsageError as e:
-            command = e.ctx.info_name if e.ctx is not None and e.ctx is not ctx else ctx.meta.get(_COMMAND)
+            command = _path(e.ctx) if e.ctx is not None and e.ctx is not ctx else ctx.meta.get(_COMMAND)
             raise _usage(e, command) from None
         except (click.ClickException, click.exceptions.Exit, SystemExit):
             raise

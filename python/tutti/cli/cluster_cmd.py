@@ -13,11 +13,11 @@ import threading
 
 import click
 
-from .app import main
+from .app import AdminGroup, main
 from .common import EXIT_CODES, EXIT_STORE, EXIT_USAGE, CliError, _emit_json, _json_opt, _open, _paths_arg
 
 
-@main.group("cluster", epilog=EXIT_CODES)
+@main.group("cluster", cls=AdminGroup, epilog=EXIT_CODES)
 def cluster_group():
     """The cluster tier on Mooncake: serve a store's blocks to other nodes."""
 
@@ -32,8 +32,10 @@ def cluster_group():
               help="this node's transfer port (its node id with --host)")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="any other cluster_* key of docs/cluster.md, e.g. -o cluster_fetch_timeout_s=5")
+@click.option("--check", "check_only", is_flag=True,
+              help="check the options and open the store, then exit 0 without joining the cluster")
 @_json_opt
-def serve_cmd(paths, master, metadata, host, port, options, as_json):
+def serve_cmd(paths, master, metadata, host, port, options, check_only, as_json):
     """Publish a store's blocks and serve them to peers until SIGTERM or Ctrl-C.
 
     Prints one line when the node is serving (--json: one JSON object), then runs until stopped; on
@@ -56,6 +58,15 @@ def serve_cmd(paths, master, metadata, host, port, options, as_json):
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     with _open(paths, "cluster serve") as store:
+        if check_only:
+            info = {"endpoint": cfg.endpoint, "master": cfg.master, "store_uuid": store.uuid,
+                    "blocks": len(store.committed()), "checked": True}
+            if as_json:
+                _emit_json(info)
+            else:
+                click.echo(f"would serve {info['blocks']} blocks of {', '.join(paths)} at {cfg.endpoint} "
+                           f"(master {cfg.master}); options and store checked, the cluster not joined")
+            return
         try:
             node = ClusterNode(store, cfg)
         except ClusterError as e:  # Mooncake missing, master or metadata server unreachable, port taken

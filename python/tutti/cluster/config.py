@@ -61,7 +61,7 @@ class ClusterConfig:
             raise ClusterError("cluster_index_bytes must be between 4 KiB and 1 TiB")
         for name in ("master", "metadata", "host", "protocol"):
             v = getattr(self, name)
-            if not v.strip() or len(v) > 1024 or any(ord(c) < 32 for c in v):
+            if not v.strip() or len(v) > 1024 or any(ord(c) < 32 or 0xD800 <= ord(c) < 0xE000 for c in v):
                 raise ClusterError(f"cluster_{name} {v[:60]!r} is not an address")
 
 
