@@ -1,0 +1,89 @@
+"""A mooncake_master with its HTTP metadata server on free loopback ports: one machine's cluster for
+tests, benchmarks and trying the tier out (docs/cluster.md).  Production runs the master as its own
+service (see docs/cluster.md for its flags); nothing in the connector starts one."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import ClusterError
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def master_binary() -> str | None:
+    """mooncake_master next to this Python, in the environment Mooncake is installed in, or on PATH."""
+    where = [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    try:  # a venv that borrows its packages from another keeps the scripts in that one's bin/
+        import mooncake
+        where.insert(1, str(Path(mooncake.__file__).resolve().parents[4] / "bin"))
+    except (ImportError, IndexError):
+        pass
+    return shutil.which("mooncake_master", path=os.pathsep.join(where))
+
+
+class LocalMaster:
+    """mooncake_master on free loopback ports; kill() and start() again keep the same ports."""
+
+    START_TIMEOUT_S = 15
+
+    def __init__(self, log_dir, client_ttl: int = 2):
+        self.rpc, self.http, self.metrics = free_port(), free_port(), free_port()
+        self.client_ttl, self.log_dir = client_ttl, Path(log_dir)
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.rpc}"
+
+    @property
+    def metadata(self) -> str:
+        return f"http://127.0.0.1:{self.http}/metadata"
+
+    def start(self) -> LocalMaster:
+        exe = master_binary()
+        if exe is None:
+            raise ClusterError("mooncake_master not found next to this Python or on PATH "
+                               "(pip install 'tutti[cluster]')")
+        self.starts += 1
+        log = open(self.log_dir / f"master{self.starts}.log", "w")
+        proc = self.proc = subprocess.Popen(
+            [exe, f"--rpc_port={self.rpc}", "--rpc_address=127.0.0.1",
+             "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+             f"--http_metadata_server_port={self.http}", "--metrics_host=127.0.0.1",
+             f"--metrics_port={self.metrics}", f"--client_ttl={self.client_ttl}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ClusterError(f"mooncake_master exited {proc.returncode}: see {log.name}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.http), timeout=0.2), \
+                        socket.create_connection(("127.0.0.1", self.rpc), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        self.kill()
+        raise ClusterError(f"mooncake_master did not listen within {self.START_TIMEOUT_S} s: see {log.name}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> LocalMaster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
