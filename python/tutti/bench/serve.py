@@ -183,21 +183,26 @@ async def _drive(url, requests, max_tokens, timeout_s):
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn) as session:
         t0 = time.perf_counter()
+        urls = [url] if isinstance(url, str) else list(url)
+        # A round-robin router: the i-th request to arrive goes to server i mod n.
+        order = sorted(range(len(requests)), key=lambda i: requests[i].at_s)
+        target = {i: urls[n % len(urls)] for n, i in enumerate(order)}
 
-        async def one(req):
+        async def one(i, req):
             delay = t0 + req.at_s - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             sent = time.perf_counter() - t0
-            res = await stream_completion(session, url, req.prompt, max_tokens, timeout_s)
+            res = await stream_completion(session, target[i], req.prompt, max_tokens, timeout_s)
             return dict(res, key=req.key, doc=req.doc, question=req.question,
-                        scheduled_s=req.at_s, sent_s=sent)
+                        scheduled_s=req.at_s, sent_s=sent, server=urls.index(target[i]))
 
-        return await asyncio.gather(*(one(r) for r in requests))
+        return await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
 
 
 def drive(url, requests, *, max_tokens=2, timeout_s=900):
-    """Send ``requests`` (tutti.bench.workload.Request) at their ``at_s``; one result each, in order."""
+    """Send ``requests`` (tutti.bench.workload.Request) at their ``at_s``; one result each, in order.
+    ``url``: one server, or a list of servers behind a round-robin router (by arrival order)."""
     return asyncio.run(_drive(url, requests, max_tokens, timeout_s))
 
 

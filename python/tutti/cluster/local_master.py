@@ -56,6 +56,7 @@ class LocalMaster:
             raise ClusterError("mooncake_master not found next to this Python or on PATH "
                                "(pip install 'tutti[cluster]')")
         self.starts += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"master{self.starts}.log", "w")
         proc = self.proc = subprocess.Popen(
             [exe, f"--rpc_port={self.rpc}", "--rpc_address=127.0.0.1",
