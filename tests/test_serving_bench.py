@@ -192,3 +192,42 @@ def test_client_measures_ttft_and_reports_a_streamed_error():
         th.join(5)
     assert ok["error"] is None and ok["ids"] == [5, 6] and 0.2 <= ok["ttft_s"] <= ok["total_s"]
     assert bad["error"] == "engine dead" and bad["ttft_s"] is None and bad["sent_s"] >= 0.05
+
+
+def test_router_sends_the_ith_arrival_to_server_i_mod_n():
+    """``drive`` with a list of servers is a round-robin router by arrival time (not list order): each
+    stand-in server answers with its own id, so where every request went is seen in its tokens."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    def app_for(tag):
+        async def completions(request):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            await resp.write(f'data: {{"choices": [{{"token_ids": [{tag}]}}]}}\n\n'.encode())
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        return app
+
+    loop = asyncio.new_event_loop()
+    ports = [serve.free_port(), serve.free_port()]
+    for tag, port in zip((100, 200), ports):
+        runner = web.AppRunner(app_for(tag))
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    th = threading.Thread(target=loop.run_forever, daemon=True)
+    th.start()
+    try:
+        # Listed out of arrival order: arrivals are r2 (0.0 s), r0 (0.05), r3 (0.1), r1 (0.15).
+        reqs = [workload.Request(f"r{i}", i, 0, [5], at) for i, at in enumerate((0.05, 0.15, 0.0, 0.1))]
+        res = serve.drive([f"http://127.0.0.1:{p}" for p in ports], reqs, max_tokens=1, timeout_s=10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        th.join(5)
+    assert [r["key"] for r in res] == ["r0", "r1", "r2", "r3"]
+    assert {r["key"]: (r["server"], r["ids"]) for r in res} == {
+        "r2": (0, [100]), "r0": (1, [200]), "r3": (0, [100]), "r1": (1, [200])}
