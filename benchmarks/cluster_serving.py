@@ -28,15 +28,15 @@ import os
 import platform
 import shlex
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 from tutti.bench import cpu_model, replace_section, serve, workload
-from tutti.cluster.local_master import LocalMaster, free_port
+from tutti.cluster.local_master import LocalMaster, free_port_pair
 from tutti.errors import ClusterError
+from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "Cluster tier: two nodes behind a round-robin router (CPU)"
@@ -81,20 +81,6 @@ def parse_args(argv=None):
     return a
 
 
-def cluster_port():
-    """A free port whose scheduler client port (+1000, tutti/vllm/cluster.py) is free too."""
-    for _ in range(50):
-        p = free_port()
-        if p + 1000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1000))
-            except OSError:
-                continue
-        return p
-    raise SystemExit("cluster_serving: no free port pair")
-
 
 def start_servers(name, ctx, work, master):
     """Both nodes' servers, started side by side; their stats directories."""
@@ -106,7 +92,7 @@ def start_servers(name, ctx, work, master):
         extra = {"path": os.path.join(d, "kv.img"), "capacity": f"{ctx['capacity'] >> 20}MiB"}
         if master is not None:
             extra.update(cluster_master=master.address, cluster_metadata=master.metadata,
-                         cluster_port=cluster_port(), cluster_fetch_timeout_s=30)
+                         cluster_port=free_port_pair(SCHEDULER_PORT_OFFSET), cluster_fetch_timeout_s=30)
         kv = {"kv_connector": "TuttiConnector", "kv_connector_module_path": "tutti.vllm", "kv_role": "kv_both",
               "kv_connector_extra_config": extra}
         servers.append(serve.Server(model=ctx["model"], log_path=os.path.join(d, "server.log"),

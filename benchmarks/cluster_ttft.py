@@ -36,8 +36,9 @@ import tempfile
 from pathlib import Path
 
 from tutti.bench import cpu_model, replace_section
-from tutti.cluster.local_master import LocalMaster, free_port
+from tutti.cluster.local_master import LocalMaster, free_port, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
+from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 from tutti.vllm.runner import launch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,21 +95,6 @@ class Owner:
         self.err.close()
 
 
-def cluster_port():
-    """A free port whose scheduler client port (+1000, tutti/vllm/cluster.py) is free too."""
-    import socket
-    for _ in range(50):
-        p = free_port()
-        if p + 1000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1000))
-            except OSError:
-                continue
-        return p
-    raise SystemExit("cluster_ttft: no free port pair")
-
 
 def run(work, name, spec):
     print(f"cluster_ttft: {name} ...", file=sys.stderr, flush=True)
@@ -146,7 +132,7 @@ def measure(args, work):
     with LocalMaster(work, client_ttl=10) as master:
         def keys(store):
             return {"path": store, "capacity": capacity, "cluster_master": master.address,
-                    "cluster_metadata": master.metadata, "cluster_port": cluster_port(),
+                    "cluster_metadata": master.metadata, "cluster_port": free_port_pair(SCHEDULER_PORT_OFFSET),
                     "cluster_fetch_timeout_s": 60}
         store_a, store_b = os.path.join(work, "a", "kv.img"), os.path.join(work, "b", "kv.img")
         results["A"] = run(work, "A", dict(base, connector="tutti", extra=keys(store_a)))

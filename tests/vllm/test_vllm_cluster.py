@@ -10,7 +10,6 @@ never a wrong output.
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 
@@ -20,22 +19,13 @@ pytest.importorskip("mooncake.store", reason="Mooncake is not installed (pip ins
 
 from helpers.mooncake_master import Master, free_port
 from tutti import Store
+from tutti.cluster.local_master import free_port_pair
+from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 from vllm_engine import run_engine, scheduler_stats, worker_stats
 
 
 def _port_with_scheduler() -> int:
-    """A free port whose scheduler client port (+1000, vllm/cluster.py) is free too."""
-    for _ in range(50):
-        p = free_port()
-        if p + 1000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + 1000))
-            except OSError:
-                continue
-        return p
-    raise RuntimeError("no free port pair")
+    return free_port_pair(SCHEDULER_PORT_OFFSET)
 
 
 @pytest.fixture(scope="module")

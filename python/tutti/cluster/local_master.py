@@ -20,6 +20,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair(offset: int) -> int:
+    """A free loopback port ``p`` with ``p + offset`` free too (a vLLM node uses its cluster_port and
+    cluster_port + 1000 for its scheduler: tutti.vllm.cluster.SCHEDULER_PORT_OFFSET)."""
+    for _ in range(50):
+        p = free_port()
+        if p + offset > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p + offset))
+            except OSError:
+                continue
+        return p
+    raise ClusterError("no free pair of loopback ports")
+
+
 def master_binary() -> str | None:
     """mooncake_master next to this Python, in the environment Mooncake is installed in, or on PATH."""
     where = [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
