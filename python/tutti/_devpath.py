@@ -365,6 +365,12 @@ def _attach_file(store, path, torch, dev, n_threads, depth, chunk_bytes):
     if rc < 0:
         L.tt_file_path_close(fp)
         b.check(rc, f"set data path {path}")
+    if path == "staged":
+        # Map and pin the RAM-backed members now: the first read would otherwise pay it, a cost that grows
+        # with the store's size, not the transfer's.  A member that cannot be mapped is read with pread
+        # (the path's stats say why); nothing here can fail the attach.
+        L.tt_file_path_map_store(fp, owned.h)
+        L.tt_clearerr()
 
     def remove(o):
         _unset(o)

@@ -265,6 +265,8 @@ static void fp_free(struct tt_file_path *fp)
 			cudaStreamDestroy(fp->sum[q]);
 	if (fp->ctl)
 		cudaStreamDestroy(fp->ctl);
+	if (fp->pool)
+		cudaMemPoolDestroy(fp->pool);
 	delete fp;
 }
 
@@ -304,6 +306,18 @@ void tt_file_path_get_stats(struct tt_file_path *fp, struct tt_file_path_stats *
 static int fp_alloc(struct tt_file_path *fp)
 {
 	const unsigned fl = cudaStreamNonBlocking;
+	cudaMemPoolProps pp = {};
+	uint64_t keep = UINT64_MAX;
+
+	pp.allocType = cudaMemAllocationTypePinned;
+	pp.location.type = cudaMemLocationTypeDevice;
+	pp.location.id = fp->device;
+	if (cudaMemPoolCreate(&fp->pool, &pp) != cudaSuccess) {
+		fp->pool = nullptr;
+		return -ENOMEM;
+	}
+	if (cudaMemPoolSetAttribute(fp->pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess)
+		return -EIO;
 
 	for (unsigned q = 0; q < FP_SUM_STREAMS; q++)
 		if (cudaStreamCreateWithFlags(&fp->sum[q], fl) != cudaSuccess)

@@ -134,6 +134,10 @@ struct tt_file_path {
 	int stop;
 	cudaStream_t sum[FP_SUM_STREAMS];
 	cudaStream_t ctl;
+	// The transactions' small device arrays: a pool of the path's own that
+	// keeps what it had (the device's default pool returns every free to
+	// the driver at the next synchronisation, and maps it again next time).
+	cudaMemPool_t pool;
 	void *priv;			// backend's
 };
 

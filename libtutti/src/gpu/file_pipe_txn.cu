@@ -68,7 +68,7 @@ static int txn_device(struct fp_txn *t, const uint32_t *ids)
 	for (unsigned i = 0; i < t->n; i++)
 		skip[i] = t->slots[i] < 0;
 	// Stream-ordered: no device-wide synchronisation of the caller's work.
-	if (cudaMallocAsync(&t->dmem, bytes, fp->ctl) != cudaSuccess)
+	if (cudaMallocFromPoolAsync(&t->dmem, bytes, fp->pool, fp->ctl) != cudaSuccess)
 		return -ENOMEM;
 	t->d_ids = (uint32_t *)t->dmem;
 	t->d_skip = (uint8_t *)t->dmem + o_skip;
