@@ -111,13 +111,15 @@ struct tt_store_info {
  * handed to a member for writing — data objects at their stride (4 KiB
  * aligned), slot-table pages, the superblock copy B that keeps the count —
  * and, in a store's first count, format's own writes.  A write that then
- * fails counts (the device may have written part of it); a batch the engine
- * or a data path refused counts only what of it completed.
+ * fails counts (the device may have written part of it); of a batch the
+ * engine refused, what of it completed counts; of a layer a data path
+ * refused, nothing.
  *
  * A store formatted with the counter (TT_FEAT_COMPAT_WRITTEN) keeps each
  * member's count in its superblock copy B, saved at close and every
  * TT_WRITTEN_SAVE_BYTES written to a member (the environment variable
- * TUTTI_WRITTEN_SAVE_BYTES, read at open, overrides it).  A process that
+ * TUTTI_WRITTEN_SAVE_BYTES, read at open, overrides it; a value that is not
+ * a whole number from 1 makes open fail with -EINVAL).  A process that
  * dies loses at most what was counted since the last save; a copy B that is
  * unreadable at open (a torn save) restarts that member's count at 0, from
  * that open, and is rewritten at once by a writable open.

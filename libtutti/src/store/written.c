@@ -113,16 +113,19 @@ void tt_written_add_ios(struct tt_store *s, const struct tt_io *ios, uint32_t n,
 			tt_written_add(s, ios[i].member, ios[i].len);
 }
 
+/*
+ * Copy B goes to the member file with pwrite, as format writes superblocks
+ * (the engines never write below the slot table: kqueue refuses to), then
+ * the engine's flush makes it durable with everything written before it.
+ */
 void tt_written_save(struct tt_store *s, int all)
 {
 	struct tt_written *w = &s->wr;
 	struct tt_sb_written sw[TT_MAX_MEMBERS];
-	struct tt_io ios[TT_MAX_MEMBERS];
 	unsigned pick[TT_MAX_MEMBERS], n = 0;
-	struct tt_superblock *bufs, one;
-	struct tt_batch b = { 0 };
+	struct tt_superblock *buf, one;
 	uint64_t now;
-	int ret, wret;
+	int ret = 0;
 
 	for (unsigned i = 0; i < s->n_members; i++) {
 		const struct tt_member_written *m = &w->member[i];
@@ -133,14 +136,13 @@ void tt_written_save(struct tt_store *s, int all)
 	}
 	if (!n)
 		return;
-	bufs = tt_alloc_aligned((size_t)n * TT_SB_SIZE);
-	if (!bufs) {
+	buf = tt_alloc_aligned(TT_SB_SIZE);
+	if (!buf) {
 		w->save_errors++;
 		return;
 	}
 	now = tt_now_ns();
-	memset(ios, 0, sizeof(ios));
-	for (unsigned k = 0; k < n; k++) {
+	for (unsigned k = 0; k < n && !ret; k++) {
 		unsigned i = pick[k];
 
 		tt_written_add(s, i, TT_SB_SIZE);	/* a save counts itself */
@@ -149,23 +151,12 @@ void tt_written_save(struct tt_store *s, int all)
 						.saved_ns = now };
 		one = s->sb;
 		one.member_index = i;
-		tt_sb_seal_copy(&bufs[k], &one, 1, &sw[k]);
-		ios[k].buf = &bufs[k];
-		ios[k].off = TT_SB_SIZE;
-		ios[k].len = TT_SB_SIZE;
-		ios[k].member = (uint16_t)i;
-		ios[k].op = TT_OP_WRITE;
-		ios[k].tag = k;
+		tt_sb_seal_copy(buf, &one, 1, &sw[k]);
+		ret = tt_member_pwrite(&s->members[i], buf, TT_SB_SIZE, TT_SB_SIZE);
 	}
-	b.ios = ios;
-	b.n = n;
-	ret = tt_engine_submit(s->eng, &b);
-	wret = tt_engine_wait(s->eng, &b);	/* what of it started lands before bufs goes */
-	if (!ret)
-		ret = wret;
+	free(buf);
 	if (!ret)
 		ret = tt_engine_flush(s->eng);
-	free(bufs);
 	if (ret) {
 		w->save_errors++;
 		return;
