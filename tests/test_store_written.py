@@ -10,7 +10,8 @@ Through the Python API and tutti-admin, on real files:
 - a store formatted before the counter opens, counts from open and is never given a superblock write;
 - an older libtutti (built from this repository's history: 316a193, the last commit before the counter, and
   f01e365, the first format v1 before feature masks) opens, writes, reads and checks a store with the
-  counter, multi-member, also with a torn copy B.
+  counter, multi-member, also with a torn copy B; 316a193 refuses it with a count in copy A (the control) and
+  with a damaged copy A on one member (the documented limit).
 """
 import json
 import os
@@ -346,3 +347,10 @@ def test_an_older_libtutti_opens_a_store_with_the_counter(make_store, tiny_fp, f
         f.write(a)
     r = subprocess.run([str(exe), "ro", "old2", *paths], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "disagrees" in r.stdout, r.stdout
+    # The limit docs/format.md states: a member whose copy A is damaged is read from its copy B, which differs
+    # from the other members' copy A by the count: this older libtutti refuses the store, this one opens it.
+    flip_byte(paths[1], 100)
+    r = subprocess.run([str(exe), "ro", "old2", *paths], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "disagrees" in r.stdout, r.stdout
+    with Store.open(paths, readonly=True) as s:
+        assert s.get("old2") and s.written()["counter"] == "kept"
