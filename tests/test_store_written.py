@@ -282,21 +282,22 @@ def _old_reader(commit: str) -> Path:
                       capture_output=True).returncode:
         pytest.skip(f"commit {commit} is not in this checkout's history (a shallow clone?)")
     where = ROOT / "build" / "old-libtutti" / commit
-    exe = where / "old_reader"
-    if exe.is_file():
+    exe, prog, src = where / "old_reader", where / "old_reader.c", where / "src"
+    lib_a = src / "build" / "libtutti.a"
+    if exe.is_file() and prog.is_file() and prog.read_text() == OLD_READER:
         return exe
-    src = where / "src"
-    shutil.rmtree(where, ignore_errors=True)
-    src.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit],
-                             check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
-    r = subprocess.run(["make", "-C", str(src), "-j2", "lib", "BUILD=build", "CFLAGS_EXTRA=-O0"],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    (where / "old_reader.c").write_text(OLD_READER)
+    if not lib_a.is_file():
+        shutil.rmtree(where, ignore_errors=True)
+        src.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+        r = subprocess.run(["make", "-C", str(src), "-j2", "lib", "BUILD=build", "CFLAGS_EXTRA=-O0"],
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    prog.write_text(OLD_READER)
     r = subprocess.run(["gcc", "-std=gnu11", "-D_GNU_SOURCE", "-I", str(src / "libtutti" / "include"),
-                        str(where / "old_reader.c"), "-o", str(exe), str(src / "build" / "libtutti.a"),
+                        str(prog), "-o", str(exe), str(lib_a),
                         "-luring", "-lxxhash", "-lpthread"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return exe
