@@ -66,6 +66,11 @@ def test_info_prometheus_values(tmp_path):
     assert s["tutti_store_occupancy_ratio"][0][1] == pytest.approx(3 / 8)
     assert s["tutti_store_capacity_bytes"][0][1] == 8 * TINY.n_layers * 2 * 16 * TINY.kv_heads * TINY.head_dim * 2
     assert 'model="tests/tiny"' in s["tutti_store_info"][0][0]
+    # the store's own bytes-written count: format's writes, 3 blocks (4 KiB objects) and their table pages, a save
+    (labels, written), = s["tutti_store_bytes_written_total"]
+    assert 'member="0"' in labels and written >= 3 * (TINY.n_layers * 2 * 4096 + 4096)
+    since = s["tutti_store_bytes_written_since_timestamp_seconds"][0][1]
+    assert since == s["tutti_store_created_timestamp_seconds"][0][1]  # counting since format
     for name in s:
         assert f"# TYPE {name} " in text and f"# HELP {name} " in text
 
@@ -123,7 +128,7 @@ def test_dashboard_queries_name_only_exported_metrics(tmp_path):
     # the dashboard shows what the issue asks for: hit ratio, occupancy, bytes, errors, drive wear
     for need in ("tutti:hit_tokens_total", "tutti_store_occupancy_ratio", "tutti:load_bytes_total",
                  "tutti:save_bytes_total", "tutti:load_errors_total", "tutti_drive_data_written_bytes_total",
-                 "tutti_drive_percentage_used"):
+                 "tutti_drive_percentage_used", "tutti_store_bytes_written_total"):
         assert need in used, need
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))

@@ -16,7 +16,8 @@
  * list, locate, lookup, get, check, put then get) and assert what must hold
  * for any store that opens: every object's extent lies inside the data
  * region of its member, listed keys look up to their slots, a block just
- * put reads back identical.  A broken assertion aborts (a crash to
+ * put reads back identical, the bytes-written counts add up and grow by at
+ * least the block's bytes.  A broken assertion aborts (a crash to
  * libFuzzer), as does any ASan/UBSan report.
  */
 #ifndef TT_FUZZ_H
@@ -206,6 +207,31 @@ static inline void fuzz_fill_pattern(uint8_t *p, size_t len, uint32_t seed)
 		p[i] = (uint8_t)(seed + i * 131 + (i >> 9));
 }
 
+/* The bytes-written counts of an open store hold together (store.h). */
+static inline void fuzz_check_written(const struct tt_store *s, unsigned ctl)
+{
+	const struct tt_geometry *g = tt_store_geometry(s);
+	struct tt_written w;
+	uint64_t sum = 0;
+
+	FUZZ_ASSERT(!tt_store_get_written(s, &w));
+	FUZZ_ASSERT(w.n_members == g->n_members && w.state <= TT_WRITTEN_RESTARTED);
+	FUZZ_ASSERT(w.not_saving <= TT_WRITTEN_COPY_A_DAMAGED);
+	FUZZ_ASSERT((w.state == TT_WRITTEN_NONE) == (w.not_saving == TT_WRITTEN_NO_COUNTER));
+	if (ctl & CTL_RDONLY)
+		FUZZ_ASSERT(w.not_saving != TT_WRITTEN_SAVING && !w.since_open && !w.saves);
+	for (unsigned i = 0; i < w.n_members; i++) {
+		const struct tt_member_written *m = &w.member[i];
+
+		FUZZ_ASSERT(m->saved <= m->bytes);
+		FUZZ_ASSERT(!m->saving || w.not_saving == TT_WRITTEN_SAVING ||
+			    w.not_saving == TT_WRITTEN_COPY_A_DAMAGED);
+		FUZZ_ASSERT(!m->restarted || w.state == TT_WRITTEN_RESTARTED);
+		sum = sum + m->bytes < sum ? UINT64_MAX : sum + m->bytes;
+	}
+	FUZZ_ASSERT(sum == w.bytes);
+}
+
 /* What a user does with a store that opened; @sizes: each member's bytes. */
 static inline void fuzz_exercise(struct tt_store *s, unsigned ctl, const uint64_t *sizes)
 {
@@ -218,6 +244,7 @@ static inline void fuzz_exercise(struct tt_store *s, unsigned ctl, const uint64_
 	int n, rc;
 
 	FUZZ_ASSERT(!tt_store_get_info(s, &info));
+	fuzz_check_written(s, ctl);
 	for (unsigned i = 0; i < g->n_members; i++)
 		FUZZ_ASSERT(info.member_bytes <= sizes[i]);
 	FUZZ_ASSERT(info.n_committed + info.n_free + info.n_bad_records + info.n_clearing == g->n_slots);
@@ -253,14 +280,22 @@ static inline void fuzz_exercise(struct tt_store *s, unsigned ctl, const uint64_
 	FUZZ_ASSERT(!tt_store_get_info(s, &info));
 	if (!(ctl & CTL_RDONLY) && bb && info.n_free + info.n_committed) {
 		uint8_t *in = malloc(bb), *out = malloc(bb);
+		struct tt_written w0, w1;
 
 		FUZZ_ASSERT(in && out);
 		fuzz_fill_pattern(in, bb, (uint32_t)g->n_slots);
 		tt_key_from_bytes("fuzz-put", 8, key);
 		if (tt_store_lookup(s, key, 1, &found) == 1)	/* planted by the input */
 			FUZZ_ASSERT(tt_store_invalidate(s, &found, 1) == 1);
+		tt_store_get_written(s, &w0);
 		rc = tt_store_put(s, key, in, bb);
 		FUZZ_ASSERT(rc == 0);
+		/* The block's objects at their stride, at least, were counted. */
+		tt_store_get_written(s, &w1);
+		FUZZ_ASSERT(w1.since_open - w0.since_open >=
+			    (uint64_t)tt_objs_per_slot(g) * g->obj_stride ||
+			    w1.since_open == UINT64_MAX);
+		fuzz_check_written(s, ctl);
 		memset(out, 0, bb);
 		rc = tt_store_get(s, key, out, bb);
 		FUZZ_ASSERT(rc == 0);

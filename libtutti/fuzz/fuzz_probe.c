@@ -2,7 +2,8 @@
 /*
  * Description: the superblock parsers on raw bytes: tt_sb_probe() (what
  * either copy holds), tt_sb_parse() (every check open makes on it, for a
- * member of a chosen size), tt_store_probe() through a file, and format's
+ * member of a chosen size), tt_sb_parse_extra() (copy B's bytes-written
+ * count), tt_store_probe() through a file, and format's
  * refusal: format must refuse, and leave untouched, exactly the members the
  * probe finds a Tutti superblock in, and a store it makes must open.
  *
@@ -48,6 +49,35 @@ static void accepted_is_sound(const struct tt_superblock *sb, const struct tt_pr
 	e = tt_locate(&g, g.n_slots - 1, g.n_layers - 1, g.n_spans - 1);
 	FUZZ_ASSERT(e.member < g.n_members && e.off >= data_off);
 	FUZZ_ASSERT(e.off <= need && need - e.off >= e.len);
+}
+
+/*
+ * Copy B's count (TT_FEAT_COMPAT_WRITTEN) of a superblock tt_sb_parse()
+ * accepted: never part of the superblock open compares across members, and
+ * taken only from a valid copy B that is, but for the count and the feature
+ * bits, that superblock.
+ */
+static void written_is_sound(const uint8_t *buf, size_t len, const struct tt_superblock *sb)
+{
+	static const struct tt_sb_written zero;
+	const struct tt_superblock *b = (const struct tt_superblock *)(buf + TT_SB_SIZE);
+	struct tt_sb_extra x;
+
+	FUZZ_ASSERT(!memcmp(&sb->written, &zero, sizeof(zero)));
+	tt_sb_parse_extra(buf, len, sb, &x);
+	FUZZ_ASSERT(x.copy_a_ok == 0 || x.copy_a_ok == 1);
+	if (x.copy_a_ok)
+		FUZZ_ASSERT(len >= TT_SB_SIZE && ((const struct tt_superblock *)buf)->sb_sum ==
+			    tt_sum_superblock((const struct tt_superblock *)buf));
+	if (!x.written_ok) {
+		FUZZ_ASSERT(!memcmp(&x.written, &zero, sizeof(zero)));
+		return;
+	}
+	FUZZ_ASSERT(sb->feat.compat & TT_FEAT_COMPAT_WRITTEN);
+	FUZZ_ASSERT(len >= TT_TABLE_OFF && b->sb_sum == tt_sum_superblock(b));
+	FUZZ_ASSERT(b->feat.compat & TT_FEAT_COMPAT_WRITTEN);
+	FUZZ_ASSERT(!memcmp(&x.written, &b->written, sizeof(x.written)));
+	FUZZ_ASSERT(b->member_index == sb->member_index && !memcmp(b->uuid, sb->uuid, 16));
 }
 
 static struct tt_format_params small_params(void)
@@ -118,8 +148,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	flags = (ctl & CTL_RDONLY) ? 0 : TT_SB_WRITABLE;
 	rc = tt_sb_parse("fuzz", buf, len, told, flags, &sb);
 	FUZZ_ASSERT(rc <= 0);
-	if (!rc)
+	if (!rc) {
 		accepted_is_sound(&sb, &pr, told, flags);
+		written_is_sound(buf, len, &sb);
+	}
 
 	fuzz_fill_member(0, buf, len, len);
 	fuzz_path(0, path, sizeof(path));

@@ -179,6 +179,18 @@ static void e_member_bytes_wrap(struct tt_superblock *sb)
 	sb->member_bytes = UINT64_MAX - 4095;
 }
 
+/* A store formatted before the bytes-written counter. */
+static void e_no_written(struct tt_superblock *sb)
+{
+	sb->feat.compat = 0;
+	memset(&sb->written, 0, sizeof(sb->written));
+}
+/* A count without the feature: reserved bytes, so damage. */
+static void e_written_no_feature(struct tt_superblock *sb)
+{
+	sb->feat.compat = 0;
+	sb->written.bytes = 5;
+}
 static void e_stripe0(struct tt_superblock *sb) { sb->stripe_objs = 0; }
 static void e_index_out(struct tt_superblock *sb) { sb->member_index = 7; }
 
@@ -235,7 +247,8 @@ int main(int argc, char **argv)
 		{ "fp-reserved", e_fp_reserved }, { "wrap-objs", e_wrap_objs },
 		{ "wrap-stride", e_wrap_stride }, { "wrap-table", e_wrap_table },
 		{ "member-bytes-wrap", e_member_bytes_wrap }, { "stripe0", e_stripe0 },
-		{ "index-out", e_index_out },
+		{ "index-out", e_index_out }, { "no-written", e_no_written },
+		{ "written-no-feature", e_written_no_feature },
 	};
 	for (unsigned i = 0; i < TT_ARRAY_SIZE(edits); i++) {
 		char name[64];
@@ -279,6 +292,26 @@ int main(int argc, char **argv)
 	write_seed("fuzz_open", "both-damaged", pre, 1, &h, 1);
 	free(h.b);
 
+	/* Copy B's count: torn (checksum fails), disagreeing with copy A, near 2^64. */
+	h = dup_head(&small[0]);
+	copy(&h, 1)->written.bytes ^= 1;
+	pre[0] = CTL_SEAL_FP | CTL_SEAL_A | CTL_SEAL_RECS;
+	write_seed("fuzz_open", "written-b-torn", pre, 1, &h, 1);
+	h.len = TT_TABLE_OFF;
+	write_seed("fuzz_probe", "written-b-torn", pre, 1, &h, 1);
+	free(h.b);
+	h = dup_head(&small[0]);
+	copy(&h, 1)->created_ns++;
+	pre[0] = all;
+	write_seed("fuzz_open", "written-b-disagrees", pre, 1, &h, 1);
+	h.len = TT_TABLE_OFF;
+	write_seed("fuzz_probe", "written-b-disagrees", pre, 1, &h, 1);
+	free(h.b);
+	h = dup_head(&small[0]);
+	copy(&h, 1)->written.bytes = UINT64_MAX - 100;
+	write_seed("fuzz_open", "written-huge", pre, 1, &h, 1);
+	free(h.b);
+
 	/* fuzz_members: ctl, count/order byte, members' heads back to back */
 	pre[0] = all;
 	pre[1] = 1;
@@ -298,6 +331,12 @@ int main(int argc, char **argv)
 	m[1] = two[0];
 	write_seed("fuzz_members", "same-member-twice", pre, 2, m, 2);
 	write_seed("fuzz_members", "three-given-two", pre, 2, three, 2);
+	m[0] = two[0];
+	m[1] = dup_head(&two[1]);
+	copy(&m[1], 1)->written.since_ns ^= 1;	/* member 1's copy B torn */
+	pre[0] = CTL_SEAL_FP | CTL_SEAL_A | CTL_SEAL_RECS;
+	write_seed("fuzz_members", "two-copy-b-torn", pre, 2, m, 2);
+	free(m[1].b);
 	pre[0] = all | CTL_RDONLY;
 	pre[1] = 2 | (3 << 2);
 	write_seed("fuzz_members", "three-rdonly", pre, 2, three, 3);

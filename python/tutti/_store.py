@@ -108,6 +108,40 @@ def _features_dict(lib, f) -> dict:
     }
 
 
+def _written_dict(lib, w, paths) -> dict:
+    """struct tt_written as JSON-able data (store.h, docs/operations.md "The store's bytes-written counter").
+
+    ``counter``: "kept" (every member's count read from its superblock copy B), "restarted" (some member's copy
+    B was unreadable at open: that member counts from 0 since that open, ``restarted`` in its row) or "none" (the
+    store was formatted before the counter: members count from this open and nothing is kept).  ``bytes``: the
+    members' sum; each member counts since its own ``since_ns``.  ``paths``: member paths by member index.
+    """
+    states = {lib.TT_WRITTEN_NONE: "none", lib.TT_WRITTEN_KEPT: "kept", lib.TT_WRITTEN_RESTARTED: "restarted"}
+    why = {lib.TT_WRITTEN_NO_COUNTER: "the store was formatted before the counter (reformat to get it)",
+           lib.TT_WRITTEN_READ_ONLY: "opened read-only",
+           lib.TT_WRITTEN_UNKNOWN_FEATURES: "the store has features of a newer tutti",
+           lib.TT_WRITTEN_COPY_A_DAMAGED: "a member's superblock copy A is damaged (its count is not saved; "
+                                          "the others' are)"}
+    members = []
+    for i in range(w.n_members):
+        m = w.member[i]
+        members.append({"index": i, "path": paths[i] if i < len(paths) else None, "bytes": m.bytes,
+                        "saved_bytes": m.saved, "since_ns": m.since_ns, "saved_ns": m.saved_ns,
+                        "restarted": bool(m.restarted), "saving": bool(m.saving)})
+    return {
+        "counter": states.get(w.state, f"unknown ({w.state})"),
+        "bytes": w.bytes,
+        "since_ns": min((m["since_ns"] for m in members), default=0),
+        "since_open_bytes": w.since_open,
+        "saving": w.not_saving == lib.TT_WRITTEN_SAVING,
+        "not_saving_why": why.get(w.not_saving) if w.not_saving != lib.TT_WRITTEN_SAVING else None,
+        "save_every_bytes": w.save_every,
+        "saves": w.saves,
+        "save_errors": w.save_errors,
+        "members": members,
+    }
+
+
 def _fp_from_c(ffi, c) -> Fingerprint:
     return Fingerprint(model_id=ffi.string(c.model_id).decode(errors="replace"),
                        dtype=ffi.string(c.dtype).decode(errors="replace"),
@@ -243,6 +277,7 @@ class Store:
         self._owned = _Owned(type(self)._binding, handle)
         self._finalizer = weakref.finalize(self, self._owned.close)
         self.paths = paths
+        self._by_index: list | None = None
         info = self._info()
         self._geometry = _geometry(info.geo)
         self._fingerprint = _fp_from_c(self._ffi, info.fp)
@@ -426,6 +461,7 @@ class Store:
             "features": self.features(),
             "engine": self._engine,
             "stats": _stats_dict(info.stats),
+            "written": self.written(),
         }
         if self.path is not None:
             out.update(path=self.path, device=self.device)
@@ -440,6 +476,36 @@ class Store:
     def stats(self) -> dict:
         """Counters since open (store and I/O engine)."""
         return _stats_dict(self._info().stats)
+
+    def written(self) -> dict:
+        """Bytes the store wrote to each member, kept across restarts in the store itself (``_written_dict``).
+
+        Saved at close and every ``save_every_bytes`` written to a member; a process that dies loses at most
+        what was counted since the last save (``bytes - saved_bytes`` of each member).  A read-only open sees
+        the counts as last saved.
+        """
+        w = self._ffi.new("struct tt_written *")
+        self._ok(self._lib().tt_store_get_written(self._handle(), w), "written")
+        return _written_dict(self._lib(), w, self._member_paths())
+
+    def _member_paths(self) -> list:
+        """The paths this store was opened with, in member-index order (matched by device and inode)."""
+        if self._by_index is None:
+            fds = self._ffi.new(f"int[{self._lib().TT_MAX_MEMBERS}]")
+            n = self._lib().tt_store_member_fds(self._handle(), fds, self._ffi.NULL)
+            ids = {}
+            for p in self.paths:
+                try:
+                    st = os.stat(p)
+                    ids[(st.st_dev, st.st_ino)] = p
+                except OSError:
+                    continue
+            out = []
+            for i in range(n):
+                st = os.fstat(fds[i])
+                out.append(ids.get((st.st_dev, st.st_ino)))
+            self._by_index = out
+        return self._by_index
 
     # --- whole blocks through host memory and the key index ----------------------
 

@@ -25,6 +25,10 @@ STORE_METRICS = {
     "tutti_store_members": ("gauge", "Member files or devices the store is striped over"),
     "tutti_store_member_bytes": ("gauge", "Bytes each member must hold"),
     "tutti_store_created_timestamp_seconds": ("gauge", "When the store was formatted (Unix time)"),
+    "tutti_store_bytes_written_total": ("counter", "Bytes the store wrote to a member since its count began, kept "
+                                                   "in the store (as last saved: at close and every GiB)"),
+    "tutti_store_bytes_written_since_timestamp_seconds": ("gauge", "When a member's bytes-written count began: "
+                                                                   "format, or the open that restarted it"),
 }
 DRIVE_METRICS = {
     "tutti_drive_data_written_bytes_total": ("counter", "Bytes the drive reports written by hosts (SMART data units)"),
@@ -72,7 +76,34 @@ def store_samples(info: dict) -> list[tuple[str, dict, float | int]]:
         ("tutti_store_members", store, g["n_members"]),
         ("tutti_store_member_bytes", store, info["member_bytes"]),
         ("tutti_store_created_timestamp_seconds", store, info["created_ns"] / 1e9),
+        *written_samples(info),
     ]
+
+
+def written_samples(info: dict) -> list[tuple[str, dict, float | int]]:
+    """The store's own bytes-written counts, one sample per member (none for a store without the counter)."""
+    w = info.get("written") or {}
+    if w.get("counter") in (None, "none"):
+        return []
+    out: list[tuple[str, dict, float | int]] = []
+    for m in w["members"]:
+        lab = {"store": info["uuid"], "member": m["index"], "path": m["path"] or ""}
+        out.append(("tutti_store_bytes_written_total", lab, m["bytes"]))
+        out.append(("tutti_store_bytes_written_since_timestamp_seconds", lab, m["since_ns"] / 1e9))
+    return out
+
+
+def written_notes(info: dict) -> list[str]:
+    """Comments the textfile carries about the bytes-written counts (why there are none, a restart)."""
+    w = info.get("written") or {}
+    if w.get("counter") == "none":
+        return ["tutti: the store was formatted before its bytes-written counter: no tutti_store_bytes_written_total "
+                "(reformat to get it)"]
+    restarted = [str(m["index"]) for m in w.get("members", ()) if m["restarted"]]
+    if restarted:
+        return [f"tutti: the bytes-written count of member(s) {', '.join(restarted)} restarted at 0 at this open "
+                "(superblock copy B unreadable: a torn save)"]
+    return []
 
 
 def drive_samples(store_uuid: str, bdf: str, smart: dict) -> list[tuple[str, dict, float | int]]:
@@ -126,7 +157,7 @@ def member_drives(paths: list[str]) -> dict[str, str]:
 
 def store_text(info: dict, smart: bool = True) -> str:
     """The whole textfile for one store: its state and, where readable, its drives' SMART."""
-    samples, notes = store_samples(info), []
+    samples, notes = store_samples(info), written_notes(info)
     if smart:
         from .devices import DeviceError, smart_log  # noqa: PLC0415
         from .smart import parse_smart_log  # noqa: PLC0415

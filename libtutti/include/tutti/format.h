@@ -70,10 +70,19 @@ extern "C" {
  *   incompat   refuses the store (-EOPNOTSUPP, naming the bits).
  * Bytes this version defines as zero (flags, the fingerprint's reserved
  * words, the superblock's padding) must be zero unless some feature bit
- * unknown to the reader is set, which may give them a meaning.  No feature
- * is defined yet: the known masks are empty.
+ * unknown to the reader is set, which may give them a meaning.
+ *
+ * Compat features:
+ *   TT_FEAT_COMPAT_WRITTEN  bytes written: copy B of each member holds the
+ *       bytes the store wrote to that member (struct tt_sb_written), updated
+ *       while the store is used; copy A holds zeros there and, once format
+ *       wrote it, never changes.  Readers without the feature take copy A
+ *       (and only the feature bits of copy B), so they open such a store; a
+ *       torn copy-B write costs the count, never the store.  Set by format;
+ *       a store formatted before it never gets it (docs/format.md).
  */
-#define TT_FEAT_COMPAT_KNOWN	0ull
+#define TT_FEAT_COMPAT_WRITTEN	(1ull << 0)
+#define TT_FEAT_COMPAT_KNOWN	TT_FEAT_COMPAT_WRITTEN
 #define TT_FEAT_RO_COMPAT_KNOWN	0ull
 #define TT_FEAT_INCOMPAT_KNOWN	0ull
 
@@ -81,6 +90,19 @@ struct tt_features {
 	uint64_t compat;
 	uint64_t ro_compat;
 	uint64_t incompat;
+};
+
+/*
+ * Bytes written to a member (TT_FEAT_COMPAT_WRITTEN): meaningful in copy B
+ * only, zero in copy A.  Counted: every byte the store hands to the member
+ * for writing (data objects at their stride, slot-table pages, these
+ * superblock writes, and format's own writes).
+ */
+struct tt_sb_written {
+	uint64_t bytes;			/* written to this member since since_ns */
+	uint64_t since_ns;		/* counting began (CLOCK_REALTIME): format, or an
+					 * open that found this copy B unreadable */
+	uint64_t saved_ns;		/* when this copy B was written */
 };
 
 /* What the KV bytes belong to: a store never serves another model's KV. */
@@ -119,7 +141,8 @@ struct tt_superblock {
 	struct tt_fingerprint fp;
 	uint64_t fp_hash;		/* XXH3-64 of fp */
 	struct tt_features feat;	/* feature masks (zero in stores made before them) */
-	uint8_t pad[3768];		/* zero */
+	struct tt_sb_written written;	/* copy B only (TT_FEAT_COMPAT_WRITTEN); else zero */
+	uint8_t pad[3744];		/* zero */
 	uint64_t sb_sum;		/* XXH3-64 of the 4088 bytes before it */
 };
 
@@ -145,6 +168,8 @@ _Static_assert(__builtin_offsetof(struct tt_superblock, sb_sum) == TT_SB_SIZE - 
 	       "sb_sum is the last 8 bytes of every version's first 4 KiB");
 _Static_assert(__builtin_offsetof(struct tt_superblock, feat) == 296,
 	       "feature masks where v1 stores before them held zero padding");
+_Static_assert(__builtin_offsetof(struct tt_superblock, written) == 320,
+	       "bytes written where v1 stores before the feature held zero padding");
 _Static_assert(sizeof(struct tt_slot_record) == TT_RECORD_SIZE, "record size");
 #endif
 

@@ -106,6 +106,69 @@ struct tt_store_info {
 };
 
 /*
+ * Bytes the store wrote, per member (SSD endurance; docs/operations.md).
+ * Counted in the write path whatever the engine or data path: every byte
+ * handed to a member for writing — data objects at their stride (4 KiB
+ * aligned), slot-table pages, the superblock copy B that keeps the count —
+ * and, in a store's first count, format's own writes.  A write that then
+ * fails counts (the device may have written part of it); of a batch the
+ * engine refused, what of it completed counts; of a layer a data path
+ * refused, nothing.
+ *
+ * A store formatted with the counter (TT_FEAT_COMPAT_WRITTEN) keeps each
+ * member's count in its superblock copy B, saved at close and every
+ * TT_WRITTEN_SAVE_BYTES written to a member (the environment variable
+ * TUTTI_WRITTEN_SAVE_BYTES, read at open, overrides it; a value that is not
+ * a whole number from 1 makes open fail with -EINVAL).  A process that
+ * dies loses at most what was counted since the last save; a copy B that is
+ * unreadable at open (a torn save) restarts that member's count at 0, from
+ * that open, and is rewritten at once by a writable open.
+ */
+#define TT_WRITTEN_SAVE_BYTES	(1ull << 30)
+
+/* tt_written.state */
+#define TT_WRITTEN_NONE		0u	/* no count on disk (formatted before the counter):
+					 * members count from this open, never saved */
+#define TT_WRITTEN_KEPT		1u	/* every member's count read from its copy B */
+#define TT_WRITTEN_RESTARTED	2u	/* some member's copy B was unreadable at open: its
+					 * count restarted at 0 (tt_member_written.restarted) */
+
+/* tt_written.not_saving: why this handle does not save the counts (0: it does) */
+#define TT_WRITTEN_SAVING		0u
+#define TT_WRITTEN_NO_COUNTER		1u	/* state NONE */
+#define TT_WRITTEN_READ_ONLY		2u	/* opened read-only */
+#define TT_WRITTEN_UNKNOWN_FEATURES	3u	/* features of a newer libtutti: its copy B
+						 * may hold fields this one would lose */
+#define TT_WRITTEN_COPY_A_DAMAGED	4u	/* some member's copy A is damaged: that
+						 * member's copy B is its only good
+						 * superblock and is never rewritten (the
+						 * others still save) */
+
+struct tt_member_written {
+	uint64_t bytes;		/* written to the member since since_ns */
+	uint64_t saved;		/* the count its copy B holds now (bytes - saved is lost
+				 * if the process dies now) */
+	uint64_t since_ns;	/* counting began (CLOCK_REALTIME): format, the open
+				 * that restarted it, or (state NONE) this open */
+	uint64_t saved_ns;	/* when its copy B was written; 0: never */
+	uint32_t restarted;	/* its copy B was unreadable at this open */
+	uint32_t saving;	/* this handle saves its count */
+};
+
+struct tt_written {
+	uint32_t state;		/* TT_WRITTEN_* */
+	uint32_t not_saving;	/* TT_WRITTEN_SAVING or why not */
+	uint32_t n_members;
+	uint32_t reserved;
+	uint64_t bytes;		/* sum of the members' bytes (counts saturate, never wrap) */
+	uint64_t since_open;	/* bytes written through this handle */
+	uint64_t save_every;	/* bytes written to a member between saves */
+	uint64_t saves;		/* copy-B saves that reached the disk (this handle) */
+	uint64_t save_errors;	/* saves that failed (the count stays in memory) */
+	struct tt_member_written member[TT_MAX_MEMBERS];	/* by member index */
+};
+
+/*
  * Where block @b's object (layer, span) is in memory:
  *   base[layer * n_spans + span] + b * stride[layer * n_spans + span]
  * Bytes copied per object: the store's span_bytes.
@@ -208,6 +271,15 @@ int tt_store_get_info(struct tt_store *s, struct tt_store_info *info);
  * ones ignored; ro_compat ones mean the store was opened read-only).
  */
 void tt_store_get_features(const struct tt_store *s, struct tt_features *f);
+
+/**
+ * tt_store_get_written() - the bytes the store wrote, per member
+ * @s: store
+ * @out: the counts (see struct tt_written; no I/O)
+ *
+ * Return: 0.
+ */
+int tt_store_get_written(const struct tt_store *s, struct tt_written *out);
 
 /** tt_store_geometry() - the geometry (valid while @s is open). */
 const struct tt_geometry *tt_store_geometry(const struct tt_store *s);

@@ -487,6 +487,7 @@ int tt_slots_sync(struct tt_store *s, int flush)
 	ret = tt_engine_submit(s->eng, &b);
 	/* Even a refused batch: what of it started must land before @ios goes. */
 	wret = tt_engine_wait(s->eng, &b);
+	tt_written_add_ios(s, ios, b.n, ret != 0);	/* refused: what of it moved */
 	if (!ret)
 		ret = wret;
 	free(ios);

@@ -194,8 +194,14 @@ int tt_store_format(const char *const *paths, unsigned n,
 		if (fdatasync(m[i].fd))
 			ret = tt_seterr(-errno, "%s: flush: %s", m[i].path, strerror(errno));
 	for (unsigned i = 0; i < n && !ret; i++) {
+		/* The count starts with format's own writes to the member. */
+		struct tt_sb_written w = {
+			.bytes = 2 * TT_TABLE_OFF + (i ? 0 : sb.table_bytes),
+			.since_ns = sb.created_ns, .saved_ns = sb.created_ns,
+		};
+
 		sb.member_index = i;
-		ret = tt_sb_write(&m[i], &sb);
+		ret = tt_sb_write(&m[i], &sb, &w);
 		if (!ret && fdatasync(m[i].fd))
 			ret = tt_seterr(-errno, "%s: flush: %s", m[i].path, strerror(errno));
 	}
@@ -218,16 +224,21 @@ static bool same_store(const struct tt_superblock *a, const struct tt_superblock
 	return !memcmp(&x, &y, sizeof(x));
 }
 
-/* Read each member's superblock, check they form one store, order them. */
-static int assemble(struct tt_store *s, struct tt_member *m, unsigned n)
+/*
+ * Read each member's superblock, check they form one store, order them;
+ * @x: what each member's superblock area holds besides, by member index.
+ */
+static int assemble(struct tt_store *s, struct tt_member *m, unsigned n,
+		    struct tt_sb_extra *x)
 {
+	struct tt_sb_extra xs[TT_MAX_MEMBERS];
 	struct tt_superblock sbs[TT_MAX_MEMBERS];
 	int seen[TT_MAX_MEMBERS] = { 0 };
 	unsigned sbflags = (s->flags & TT_OPEN_RDONLY) ? 0 : TT_SB_WRITABLE;
 	int ret;
 
 	for (unsigned i = 0; i < n; i++) {
-		ret = tt_sb_read(&m[i], &sbs[i], sbflags);
+		ret = tt_sb_read(&m[i], &sbs[i], sbflags, &xs[i]);
 		if (ret)
 			return ret;
 		if (memcmp(sbs[i].uuid, sbs[0].uuid, 16))
@@ -248,6 +259,7 @@ static int assemble(struct tt_store *s, struct tt_member *m, unsigned n)
 					 m[i].path, idx);
 		seen[idx] = 1;
 		s->members[idx] = m[i];
+		x[idx] = xs[i];
 		if (m[i].mem_align > s->mem_align)
 			s->mem_align = m[i].mem_align;
 	}
@@ -262,6 +274,7 @@ int tt_store_open(const char *const *paths, unsigned n,
 		  const struct tt_open_params *params, struct tt_store **out)
 {
 	struct tt_open_params p = { 0 };
+	struct tt_sb_extra x[TT_MAX_MEMBERS];
 	struct tt_member m[TT_MAX_MEMBERS];
 	struct tt_store *s;
 	int fds[TT_MAX_MEMBERS];
@@ -285,7 +298,9 @@ int tt_store_open(const char *const *paths, unsigned n,
 	}
 	s->flags = p.flags;
 	s->mem_align = 1;
-	ret = assemble(s, m, n);
+	ret = assemble(s, m, n, x);
+	if (!ret)
+		ret = tt_written_init(s, x);
 	if (ret)
 		goto fail_members;
 	if (p.expect) {
@@ -301,6 +316,8 @@ int tt_store_open(const char *const *paths, unsigned n,
 	ret = tt_slots_load(s);
 	if (ret)
 		goto fail_engine;
+	/* A copy B found unreadable (a torn save): rewritten now, from copy A. */
+	tt_written_save(s, 0);
 	*out = s;
 	return 0;
 fail_engine:
@@ -316,8 +333,10 @@ void tt_store_close(struct tt_store *s)
 	if (!s)
 		return;
 	tt_txn_abort_all(s);
-	if (!(s->flags & TT_OPEN_RDONLY))
+	if (!(s->flags & TT_OPEN_RDONLY)) {
 		tt_slots_sync(s, 1);
+		tt_written_save(s, 1);
+	}
 	tt_slots_free(&s->slots);
 	tt_engine_close(s->eng);
 	close_members(s->members, s->n_members, 0);

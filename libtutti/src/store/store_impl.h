@@ -55,6 +55,8 @@ struct tt_store {
 	const struct tt_devpath_ops *dp_ops;	/* data path for device memory */
 	void *dp_ctx;
 	struct tt_store_stats st;
+	struct tt_written wr;		/* bytes written (written.c) */
+	uint8_t wr_unsaved[TT_MAX_MEMBERS];	/* restarted: since_ns not in copy B yet */
 };
 
 /* checksum.c */
@@ -76,9 +78,17 @@ int tt_geometry_check(const struct tt_geometry *g, uint64_t *table_bytes,
 /* superblock.c */
 void tt_sb_fill(struct tt_superblock *sb, const struct tt_format_params *p,
 		const struct tt_geometry *g, uint64_t need, const uint8_t uuid[16]);
+/* What a member's superblock area holds besides its superblock. */
+struct tt_sb_extra {
+	int copy_a_ok;		/* copy A is a valid superblock: copy B may be rewritten */
+	int written_ok;		/* copy B holds this member's count (TT_FEAT_COMPAT_WRITTEN) */
+	struct tt_sb_written written;	/* that count, if written_ok */
+};
 /* tt_sb_read() flags */
 #define TT_SB_WRITABLE	(1u << 0)	/* the store will be written: refuse unknown ro_compat */
-int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags);
+/* tt_sb_parse() and, if @x, tt_sb_parse_extra() of what member @m holds. */
+int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags,
+	       struct tt_sb_extra *x);
 /*
  * tt_sb_parse() - tt_sb_read() without the I/O: the superblock a member of
  * @size bytes whose first @len bytes are @buf describes, every check made
@@ -86,6 +96,14 @@ int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags);
  */
 int tt_sb_parse(const char *path, const void *buf, size_t len, uint64_t size,
 		unsigned flags, struct tt_superblock *sb);
+/*
+ * tt_sb_parse_extra() - for @sb, which tt_sb_parse() accepted from @buf (a
+ * member's first @len bytes): is copy A valid, and does copy B hold the
+ * member's count (the feature set, copy B valid and, but for the count and
+ * the feature bits, the same superblock as @sb)?  No I/O: fuzzable.
+ */
+void tt_sb_parse_extra(const void *buf, size_t len, const struct tt_superblock *sb,
+		       struct tt_sb_extra *x);
 /* What the copies in @buf (a member's first @len bytes) hold; for STORE,
  * @sb (may be NULL) receives the first valid copy.  No I/O: fuzzable. */
 void tt_sb_probe(const void *buf, size_t len, struct tt_probe *out,
@@ -94,7 +112,15 @@ void tt_sb_probe(const void *buf, size_t len, struct tt_probe *out,
 int tt_sb_probe_member(struct tt_member *m, struct tt_probe *out);
 /* "format version 2" (and the magic when it is not TT_SB_MAGIC), in @buf. */
 const char *tt_probe_describe(const struct tt_probe *pr, char *buf, size_t len);
-int tt_sb_write(struct tt_member *m, const struct tt_superblock *sb);
+/*
+ * tt_sb_seal_copy() - copy @copy (0: A, 1: B) of @sb as it goes to disk: the
+ * count @w in copy B only (with the feature; else zeros), checksum set.
+ */
+void tt_sb_seal_copy(struct tt_superblock *out, const struct tt_superblock *sb,
+		     unsigned copy, const struct tt_sb_written *w);
+/* Both copies of @sb (tt_sb_seal_copy()) to member @m (format). */
+int tt_sb_write(struct tt_member *m, const struct tt_superblock *sb,
+		const struct tt_sb_written *w);
 void tt_sb_geometry(const struct tt_superblock *sb, struct tt_geometry *g);
 int tt_fp_compare(const struct tt_fingerprint *have, const struct tt_fingerprint *want);
 
@@ -117,6 +143,24 @@ void tt_slots_commit(struct tt_store *s, uint64_t slot, const uint8_t *key,
 		     uint64_t data_sum);
 int tt_slots_sync(struct tt_store *s, int flush);
 int tt_slot_record_ok(const struct tt_store *s, uint64_t slot);
+
+/* written.c: bytes written per member (struct tt_written) */
+/*
+ * At open: the counts found in the members' copies B (@x, by member index).
+ * Return: 0, or -EINVAL (TUTTI_WRITTEN_SAVE_BYTES is not a byte count).
+ */
+int tt_written_init(struct tt_store *s, const struct tt_sb_extra *x);
+/* @bytes handed to member @member for writing. */
+void tt_written_add(struct tt_store *s, unsigned member, uint64_t bytes);
+/* The write ios of @ios (with @moved_only: only those whose res is 0). */
+void tt_written_add_ios(struct tt_store *s, const struct tt_io *ios, uint32_t n,
+			int moved_only);
+/*
+ * tt_written_save() - write copy B of the members whose count changed by at
+ * least save_every (@all: by anything, or restarted), then flush.  Never
+ * fails the caller: a failure is counted (save_errors) and retried later.
+ */
+void tt_written_save(struct tt_store *s, int all);
 
 /* txn.c */
 void tt_txn_abort_all(struct tt_store *s);

@@ -30,6 +30,7 @@ void tt_sb_fill(struct tt_superblock *sb, const struct tt_format_params *p,
 	sb->created_ns = tt_now_ns();
 	sb->fp = p->fp;
 	sb->fp_hash = tt_sum_fingerprint(&sb->fp);
+	sb->feat.compat = TT_FEAT_COMPAT_WRITTEN;
 }
 
 void tt_sb_geometry(const struct tt_superblock *sb, struct tt_geometry *g)
@@ -44,17 +45,28 @@ void tt_sb_geometry(const struct tt_superblock *sb, struct tt_geometry *g)
 	g->data_off = sb->data_off;
 }
 
-int tt_sb_write(struct tt_member *m, const struct tt_superblock *sb)
+void tt_sb_seal_copy(struct tt_superblock *out, const struct tt_superblock *sb,
+		     unsigned copy, const struct tt_sb_written *w)
+{
+	*out = *sb;
+	memset(&out->written, 0, sizeof(out->written));
+	if (copy == 1 && w && (sb->feat.compat & TT_FEAT_COMPAT_WRITTEN))
+		out->written = *w;
+	out->sb_sum = tt_sum_superblock(out);
+}
+
+int tt_sb_write(struct tt_member *m, const struct tt_superblock *sb,
+		const struct tt_sb_written *w)
 {
 	struct tt_superblock *buf = tt_alloc_aligned(sizeof(*buf));
 	int ret = 0;
 
 	if (!buf)
 		return tt_seterr(-ENOMEM, "out of memory");
-	*buf = *sb;
-	buf->sb_sum = tt_sum_superblock(buf);
-	for (unsigned c = 0; c < TT_SB_COPIES && !ret; c++)
+	for (unsigned c = 0; c < TT_SB_COPIES && !ret; c++) {
+		tt_sb_seal_copy(buf, sb, c, w);
 		ret = tt_member_pwrite(m, buf, TT_SB_SIZE, (uint64_t)c * TT_SB_SIZE);
+	}
 	free(buf);
 	return ret;
 }
@@ -173,6 +185,9 @@ static bool reserved_clear(const struct tt_superblock *sb, const struct tt_featu
 {
 	if (has_unknown_features(f))
 		return true;
+	if (!(f->compat & TT_FEAT_COMPAT_WRITTEN) &&
+	    !all_zero(&sb->written, sizeof(sb->written)))
+		return false;
 	return !sb->flags && all_zero(sb->fp.reserved, sizeof(sb->fp.reserved)) &&
 	       all_zero(sb->pad, sizeof(sb->pad));
 }
@@ -268,12 +283,46 @@ int tt_sb_parse(const char *path, const void *buf, size_t len, uint64_t size,
 		ret = tt_seterr(-EFBIG, "%s is truncated: %llu bytes, store needs %llu",
 				path, (unsigned long long)size,
 				(unsigned long long)sb->member_bytes);
-	if (!ret)
+	if (!ret) {
 		sb->feat = pr.feat;
+		/* The count is not part of the store's description (same_store()). */
+		memset(&sb->written, 0, sizeof(sb->written));
+	}
 	return ret;
 }
 
-int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags)
+void tt_sb_parse_extra(const void *buf, size_t len, const struct tt_superblock *sb,
+		       struct tt_sb_extra *x)
+{
+	struct tt_superblock a, b;
+
+	memset(x, 0, sizeof(*x));
+	if (len < TT_TABLE_OFF)
+		return;
+	memcpy(&a, buf, sizeof(a));
+	memcpy(&b, (const uint8_t *)buf + TT_SB_SIZE, sizeof(b));
+	x->copy_a_ok = copy_kind(&a, TT_SB_SIZE) == TT_PROBE_STORE;
+	if (!(sb->feat.compat & TT_FEAT_COMPAT_WRITTEN) ||
+	    copy_kind(&b, TT_SB_SIZE) != TT_PROBE_STORE ||
+	    !(b.feat.compat & TT_FEAT_COMPAT_WRITTEN))
+		return;
+	x->written = b.written;
+	/*
+	 * Copy B counts for this member only if it is the selected superblock
+	 * but for the count (and the feature bits, which are combined).
+	 */
+	a = *sb;
+	a.sb_sum = 0;
+	memset(&b.written, 0, sizeof(b.written));
+	b.feat = sb->feat;
+	b.sb_sum = 0;
+	x->written_ok = !memcmp(&a, &b, sizeof(b));
+	if (!x->written_ok)
+		memset(&x->written, 0, sizeof(x->written));
+}
+
+int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags,
+	       struct tt_sb_extra *x)
 {
 	struct tt_superblock *buf;
 	int ret;
@@ -287,6 +336,8 @@ int tt_sb_read(struct tt_member *m, struct tt_superblock *sb, unsigned flags)
 	ret = tt_member_pread(m, buf, TT_TABLE_OFF, 0);
 	if (!ret)
 		ret = tt_sb_parse(m->path, buf, TT_TABLE_OFF, m->size, flags, sb);
+	if (!ret && x)
+		tt_sb_parse_extra(buf, TT_TABLE_OFF, sb, x);
 	free(buf);
 	return ret;
 }

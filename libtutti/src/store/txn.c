@@ -366,6 +366,8 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	t->batch[layer].n = n_io;
 	t->layer_state[layer] = LAYER_SUBMITTED;
 	ret = tt_engine_submit(s->eng, &t->batch[layer]);
+	if (!ret)
+		tt_written_add_ios(s, ios, n_io, 0);	/* handed to the device */
 	/* Hash what is being written while the device moves it (both only read). */
 	for (unsigned j = 0; t->write && j < n_io; j++) {
 		unsigned i = ios[j].tag / S, k = ios[j].tag % S;
@@ -382,6 +384,7 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		 */
 		snprintf(why, sizeof(why), "%s", *tt_errmsg() ? tt_errmsg() : strerror(-ret));
 		tt_engine_wait(s->eng, &t->batch[layer]);
+		tt_written_add_ios(s, ios, n_io, 1);	/* refused: what of it moved */
 		t->layer_state[layer] = LAYER_DONE;
 		txn_fail_layer(t, layer, ret);
 		return tt_seterr(ret, "layer %u: submit failed: %s", layer, why);
@@ -508,6 +511,7 @@ static int finish_write(struct tt_txn *t)
 	if (ret)
 		return ret;
 	ret = tt_slots_sync(s, 1);
+	tt_written_save(s, 0);	/* every save_every bytes a member took */
 	return ret ? ret : ok;
 }
 

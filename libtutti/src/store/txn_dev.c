@@ -59,6 +59,22 @@ int tt_txn_bind_device(struct tt_txn *t, const uint32_t *block_ids)
 	return 0;
 }
 
+/* A write layer handed to the data path: its objects' extents, as written. */
+static void count_layer(struct tt_txn *t, uint32_t layer)
+{
+	const struct tt_geometry *g = &t->s->geo;
+
+	for (unsigned i = 0; t->write && i < t->n; i++) {
+		if (t->present[i] || t->slot[i] < 0)
+			continue;
+		for (uint32_t k = 0; k < g->n_spans; k++) {
+			struct tt_extent e = tt_locate(g, (uint64_t)t->slot[i], layer, k);
+
+			tt_written_add(t->s, e.member, e.len);
+		}
+	}
+}
+
 int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
 {
 	char what[32];
@@ -67,8 +83,10 @@ int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem)
 	tt_clearerr();
 	ret = t->dpo->layer(t->dp, layer, mem);
 	t->layer_state[layer] = ret ? LAYER_DONE : LAYER_SUBMITTED;
-	if (!ret)
+	if (!ret) {
+		count_layer(t, layer);
 		return 0;
+	}
 	/* Whatever of this layer moved must not count (the layer keeps the path's errno). */
 	t->layer_ret[layer] = ret;
 	txn_fail_layer(t, layer, -EIO);

@@ -179,12 +179,12 @@ def _label(key: str) -> str:
 def _value_text(key: str, value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if key == "created_ns" and isinstance(value, int) and value > 0:
+    if key in ("created_ns", "since_ns", "saved_ns") and isinstance(value, int) and value > 0:
         import datetime as dt
 
         when = dt.datetime.fromtimestamp(value / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
         return f"{value} ({when})"
-    if isinstance(value, int) and (key.endswith("_bytes") or key in ("capacity", "size")) and value >= 1024:
+    if isinstance(value, int) and (key.endswith("_bytes") or key in ("bytes", "capacity", "size")) and value >= 1024:
         return f"{value} ({format_size(value)})"
     if isinstance(value, float):
         return f"{value:.4g}"

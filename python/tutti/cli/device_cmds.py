@@ -14,10 +14,12 @@ from .common import (
     CliError,
     _emit_json,
     _json_opt,
+    _open,
+    check_members,
     format_size,
     make_console,
 )
-from .params import Finite, InputFile
+from .params import Finite, InputFile, MemberPath
 
 _DEVICE_METAVAR = "PCI_ADDR|/dev/nvmeX|/dev/nvmeXnY|/dev/tuttiN"
 
@@ -187,14 +189,17 @@ def health_rows(d: dict) -> list:
 
 
 @main.command("health", epilog=EXIT_CODES)
-@click.argument("device", metavar=_DEVICE_METAVAR)
+@click.argument("device", metavar=f"[{_DEVICE_METAVAR}]", required=False)
+@click.option("--store", "store_paths", multiple=True, metavar="PATH", type=MemberPath(), callback=check_members,
+              help="a member of a store (repeat for each member): the store's own bytes-written counter, next to "
+                   "the drive's; without DEVICE (a store on files) the write rate comes from it")
 @click.option("--rated-tbw", type=Finite(0.0, max=1e9), help="the drive's rated endurance in TB written")
 @click.option("--dwpd", type=Finite(0.0, max=1000.0), help="the drive's rated drive writes per day (with "
               "--warranty-years and its capacity)")
 @click.option("--warranty-years", type=Finite(0.0, max=100.0), default=5.0, show_default=True,
               help="warranty period the DWPD rating holds for")
 @_json_opt
-def health_cmd(device, rated_tbw, dwpd, warranty_years, as_json):
+def health_cmd(device, store_paths, rated_tbw, dwpd, warranty_years, as_json):
     """Show a controller's SMART / health log, like `nvme smart-log`, and its endurance.
 
     Read through the driver the controller is bound to: the kernel's nvme driver
@@ -202,8 +207,22 @@ def health_cmd(device, rated_tbw, dwpd, warranty_years, as_json):
     passthrough on /dev/tuttiN).  Exit 1 when the critical warning is not zero.
     With --rated-tbw or --dwpd: the write rate and the days left to the rated
     endurance.  Needs root.
+
+    With --store PATH...: the store's own bytes-written counter (kept in the
+    store across restarts), next to the drive's data units written.  Without
+    DEVICE (a store on files, or no SMART log to read): only the store's
+    counter, and the write rate and days to --rated-tbw from it.  The store is
+    opened read-only without a lock, so it may be in use: its counts are as
+    last saved (at close and every GiB per member).
     """
     from rich.table import Table
+
+    if not device and not store_paths:
+        raise click.UsageError("give DEVICE, --store PATH..., or both")
+    store = _store_written(store_paths) if store_paths else None
+    if not device:
+        _health_of_store(store, rated_tbw, dwpd, warranty_years, as_json)
+        return
 
     from ..devices import DeviceError, smart_log
     from ..smart import parse_smart_log
@@ -215,6 +234,8 @@ def health_cmd(device, rated_tbw, dwpd, warranty_years, as_json):
         raise _device_error(e, "health") from None
     d = {"pci_address": bdf, "device": ctl["device"], "driver": ctl["driver"], **parse_smart_log(page).to_dict()}
     d["endurance"] = _endurance(d, ctl, rated_tbw, dwpd, warranty_years)
+    if store is not None:
+        d["store"] = store
     if as_json:
         _emit_json(d)
     else:
@@ -222,11 +243,81 @@ def health_cmd(device, rated_tbw, dwpd, warranty_years, as_json):
                   title_justify="left", show_header=False, box=None, pad_edge=False)
         t.add_column(style="bold")
         t.add_column()
-        for label, text in health_rows(d) + endurance_rows(d["endurance"]):
+        rows = health_rows(d)
+        if store is not None:  # right after the drive's data units written
+            at = next(i for i, (label, _) in enumerate(rows) if label == "data units written") + 1
+            rows[at:at] = store_rows(store)
+        for label, text in rows + endurance_rows(d["endurance"]):
             t.add_row(label, text, style="red" if label == "critical warning" and d["critical_warning"] else None)
         make_console().print(t)
     if d["critical_warning"]:
         sys.exit(EXIT_PROBLEMS)
+
+
+def _store_written(paths) -> dict:
+    """The store's identity and bytes-written counts (Store.written()), with its write rate."""
+    import time
+
+    from ..endurance import store_rate  # noqa: PLC0415
+
+    with _open(paths, "health", readonly=True, shared=True) as s:
+        w = s.written()
+        out = {"uuid": s.uuid, "paths": list(s.paths), **w}
+    out["write_bytes_per_day"] = store_rate(w, time.time_ns())
+    return out
+
+
+def _health_of_store(store: dict, rated_tbw, dwpd, warranty_years, as_json) -> None:
+    """health --store without DEVICE: the store's counter and the endurance projected from it."""
+    import time
+
+    from rich.table import Table
+
+    from ..endurance import rated_bytes, store_projection  # noqa: PLC0415
+
+    try:
+        rated = rated_bytes(rated_tbw, dwpd, None, warranty_years)
+    except ValueError as e:
+        raise CliError(f"health: {e} (give the drive as DEVICE)", EXIT_USAGE) from None
+    d = {"store": store, "endurance": store_projection(store, time.time_ns(), rated)}
+    if as_json:
+        _emit_json(d)
+        return
+    t = Table(title=f"Bytes written by store {store['uuid']} (its own counter)", title_justify="left",
+              show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    for label, text in store_rows(store) + endurance_rows(d["endurance"]):
+        t.add_row(label, text)
+    make_console().print(t)
+
+
+def _when(ns: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def store_rows(store: dict) -> list:
+    """(label, text) rows of the store's own bytes-written counter."""
+    if store["counter"] == "none":
+        return [("store bytes written", "not kept: the store was formatted before its bytes-written counter "
+                                        "(reformat it to get one)")]
+    members = store["members"]
+    rows = [("store bytes written", f"{_decimal_bytes(store['bytes'])} ({len(members)} member"
+                                    f"{'s' if len(members) > 1 else ''}, counting since {_when(store['since_ns'])})")]
+    if len(members) > 1:
+        for m in members:
+            rows.append((f"store member {m['index']}", f"{_decimal_bytes(m['bytes'])} ({m['path'] or '?'}, since "
+                                                       f"{_when(m['since_ns'])})"))
+    restarted = [str(m["index"]) for m in members if m["restarted"]]
+    if restarted:
+        rows.append(("store counter", f"member(s) {', '.join(restarted)} restarted at 0 at this open (superblock "
+                                      "copy B unreadable: a torn save); the rest kept"))
+    if store.get("write_bytes_per_day") is not None:
+        rows.append(("store write rate (average since its count began)",
+                     f"{_decimal_bytes(int(store['write_bytes_per_day']))}/day"))
+    return rows
 
 
 def _endurance(d: dict, ctl: dict, rated_tbw, dwpd, warranty_years) -> dict:
@@ -243,7 +334,7 @@ def _endurance(d: dict, ctl: dict, rated_tbw, dwpd, warranty_years) -> dict:
 def endurance_rows(e: dict) -> list:
     """(label, text) rows of the endurance projection."""
     rows = []
-    if e["write_bytes_per_day"] is not None:
+    if e["write_bytes_per_day"] is not None and e.get("source") != "store":  # the store's is in store_rows
         rows.append(("write rate (lifetime average)", f"{_decimal_bytes(int(e['write_bytes_per_day']))}/day"))
     if e["rated_bytes"]:
         rows.append(("rated endurance", f"{_decimal_bytes(e['rated_bytes'])} "

@@ -170,7 +170,18 @@ def info_cmd(paths, as_json, prometheus, **model):
     if as_json:
         _emit_json(info)
         return
-    _print_dict(make_console(), "Store", info)
+    _print_dict(make_console(), "Store", _members_as_tables(info))
+
+
+def _members_as_tables(info: dict) -> dict:
+    """info with the bytes-written members' list as one nested table per member (the text output)."""
+    w = info.get("written")
+    if not isinstance(w, dict) or not isinstance(w.get("members"), list):
+        return info
+    members = {f"member {m['index']}" + (f" ({m['path']})" if m.get("path") else ""):
+               {k: v for k, v in m.items() if k not in ("index", "path")} for m in w["members"]}
+    rest = {k: v for k, v in w.items() if k != "members"}
+    return {**info, "written": {**rest, **members}}
 
 
 @main.command("check", epilog=EXIT_CODES)
