@@ -4,7 +4,8 @@ Threads: a dispatcher that takes the transfer engine's notifies (requests to ser
 serve threads of tutti.cluster.transfer; replies to fetches, handed to the fetch that asked) and a
 keeper that checks every cluster_keeper_interval_s that this node's record is still in Mooncake: when
 the master is unreachable it marks the index down (lookups are misses at once); when the record is gone
-(a master restarted empty) it re-publishes everything the store holds from the slot table.
+(a master restarted empty) it re-publishes everything the store holds from the slot table; when the
+store evicted blocks it withdraws their descriptors (ClusterIndex.check_evictions).
 
 The store is not thread-safe: everything here touches it under ``store_lock``, and a caller that uses
 the same Store elsewhere (the connector) must hold that lock too (ClusterNode.store_lock).
@@ -40,6 +41,7 @@ class ClusterNode:
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._dispatch, name="tutti-cluster-notify", daemon=True),
                          threading.Thread(target=self._keep, name="tutti-cluster-keeper", daemon=True)]
+        self.index.check_evictions()  # the baseline the store's eviction counter is compared with
         if publish_now:
             try:
                 self.index.republish_all()
@@ -97,8 +99,15 @@ class ClusterNode:
         return ok
 
     def publish(self, keys) -> int:
-        """Tell the cluster this store holds connector ``keys`` (after they committed)."""
-        return self.index.publish(keys)
+        """Tell the cluster this store holds connector ``keys`` (after they committed); descriptors of
+        blocks evicted for them are withdrawn, and any the store evicted otherwise (its counter moved
+        more than that explains) after a reconcile."""
+        n = self.index.publish(keys)
+        try:
+            self.index.check_evictions()
+        except CallTimeout as e:
+            log.info("tutti cluster: withdrawing evicted blocks: %s", e)
+        return n
 
     def withdraw(self, keys) -> int:
         """Tell the cluster this store no longer holds ``keys`` (before or after evicting them)."""
@@ -172,3 +181,7 @@ class ClusterNode:
                     log.info("tutti cluster: re-published %d blocks", n)
                 except CallTimeout as e:
                     log.info("tutti cluster: re-publish: %s", e)
+            try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
+                idx.check_evictions()
+            except CallTimeout as e:
+                log.info("tutti cluster: withdrawing evicted blocks: %s", e)
