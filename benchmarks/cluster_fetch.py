@@ -5,13 +5,14 @@ bytes as raw Mooncake objects in its segment), then in this process, alternating
 ClusterNode.fetch of all N blocks (owner reads its store, transfer-engine write, checksum of the copy) and
 MooncakeDistributedStore.batch_get_into of the raw objects into registered memory (no store read, no
 checksum).  Prints medians and their ratio as one JSON line, and the CPU seconds per GiB each took (this
-process, the owner and the master together: on a small machine, what bounds the rate).  ``--owner-dir``
+process, the owner and the master together, and each: on a small machine, what bounds the rate).  ``--owner-dir``
 puts the owner's store there (e.g. /dev/shm: tmpfs, the same DRAM the raw get reads; default: a temporary
 directory on disk).
 
-``--breakdown`` also times the parts of the fetch path on their own: the owner's verified store read of
-the N blocks (in the owner, batch by batch), the requester's copy + checksum of N blocks, and one fetch
-with one batch in flight (the serial path).
+``--breakdown`` also times a fetch with one batch in flight (the serial path before the pipeline;
+alternating with the other two) and the parts of the fetch path on their own: the owner's verified store
+read of the N blocks (in the owner, batch by batch) and the requester's copy + checksum of N blocks, with
+their CPU seconds per GiB.
 
     .venv/bin/python benchmarks/cluster_fetch.py [--blocks 64] [--runs 5] [--owner-dir /dev/shm]
 """
@@ -48,15 +49,19 @@ def key(i):
 
 
 def cpu_s(*pids):
-    """CPU seconds (user + system) used so far by this process and ``pids``."""
+    """CPU seconds (user + system) used so far by this process and each of ``pids``."""
     r = os.times()
-    total = r.user + r.system
+    out = [r.user + r.system]
     tick = os.sysconf("SC_CLK_TCK")
     for pid in pids:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+        out.append((int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_since(before, *pids):
+    return [b - a for a, b in zip(before, cpu_s(*pids))]
 
 
 def master_binary():
@@ -95,10 +100,10 @@ def owner(a):
         slots = store.lookup([key(i) for i in range(n)])
         recs = [store.slot_record(s) for s in slots]
         blocks = [(r["key"], s, r["gen"], r["data_sum"]) for r, s in zip(recs, slots)]
-        t = time.perf_counter()
+        c0, t = cpu_s()[0], time.perf_counter()
         for c in range(0, n, a.batch):
             assert all(node.transfers._read_for_peer(blocks[c:c + a.batch], 0))
-        print(json.dumps({"read_s": time.perf_counter() - t}), flush=True)
+        print(json.dumps({"read_s": time.perf_counter() - t, "cpu_s": cpu_s()[0] - c0}), flush=True)
     node.close()
 
 
@@ -146,7 +151,7 @@ def main():
             c, t = cpu_s(o.pid, m.pid), time.perf_counter()
             ok = node.fetch(keys, views)
             dt = time.perf_counter() - t
-            cpu["tutti"].append(cpu_s(o.pid, m.pid) - c)
+            cpu["tutti"].append(cpu_since(c, o.pid, m.pid))
             assert all(ok), f"{ok.count(False)} blocks missed: {node.info()['stats']}"
             return dt
 
@@ -154,15 +159,24 @@ def main():
             c, t = cpu_s(o.pid, m.pid), time.perf_counter()
             got = node.link.store.batch_get_into(names, [addr + i * bb for i in range(n)], [bb] * n)
             dt = time.perf_counter() - t
-            cpu["raw"].append(cpu_s(o.pid, m.pid) - c)
+            cpu["raw"].append(cpu_since(c, o.pid, m.pid))
             assert all(g == bb for g in got), got
             return dt
 
+        def serial_fetch():  # one batch in flight: the path before the pipeline, same nodes
+            node.transfers.inflight = 1
+            try:
+                return tutti_fetch()
+            finally:
+                node.transfers.inflight = a.inflight
+
         tutti_fetch(), raw_get()  # warm-up: connections, segment descriptors
-        tutti_s, raw_s = [], []
-        for _ in range(a.runs):
+        tutti_s, raw_s, serial_s = [], [], []
+        for _ in range(a.runs):  # alternating, so that all three see the same machine
             tutti_s.append(tutti_fetch())
             raw_s.append(raw_get())
+            if a.breakdown:
+                serial_s.append(serial_fetch())
         mib = n * bb / (1 << 20)
         out = {"blocks": n, "block_bytes": bb, "batch_blocks": a.batch, "inflight_batches": a.inflight,
                "owner_dir": a.owner_dir or "disk (temporary directory)", "runs": a.runs,
@@ -170,28 +184,33 @@ def main():
                "mooncake_get_MiB_s": round(mib / statistics.median(raw_s), 1)}
         out["ratio"] = round(out["tutti_fetch_MiB_s"] / out["mooncake_get_MiB_s"], 3)
         gib = n * bb / (1 << 30)
-        out["tutti_cpu_s_per_GiB"] = round(statistics.median(cpu["tutti"][1:]) / gib, 2)
-        out["mooncake_cpu_s_per_GiB"] = round(statistics.median(cpu["raw"][1:]) / gib, 2)
+        for name, what in (("tutti", "tutti"), ("mooncake", "raw")):  # the warm-up left out
+            per = list(zip(*cpu[what][1:]))  # requester, owner, master
+            out[f"{name}_cpu_s_per_GiB"] = round(statistics.median(map(sum, zip(*per))) / gib, 2)
+            out[f"{name}_cpu_split"] = {k: round(statistics.median(v) / gib, 2)
+                                        for k, v in zip(("requester", "owner", "master"), per)}
         if a.breakdown:
-            reads = []
+            reads, read_cpu = [], []
             for _ in range(a.runs):
                 o.stdin.write("read\n")
                 o.stdin.flush()
-                reads.append(json.loads(o.stdout.readline())["read_s"])
-            sums = []
+                r = json.loads(o.stdout.readline())
+                reads.append(r["read_s"])
+                read_cpu.append(r["cpu_s"])
+            sums, sum_cpu = [], []
             src = bytearray(os.urandom(bb))
             for _ in range(a.runs):
-                t = time.perf_counter()
+                c, t = cpu_s()[0], time.perf_counter()
                 for v in views:
                     v[:] = src
                     store.block_sum(v)
                 sums.append(time.perf_counter() - t)
+                sum_cpu.append(cpu_s()[0] - c)
             out["owner_store_read_MiB_s"] = round(mib / statistics.median(reads), 1)
+            out["owner_store_read_cpu_s_per_GiB"] = round(statistics.median(read_cpu) / gib, 2)
             out["requester_copy_and_sum_MiB_s"] = round(mib / statistics.median(sums), 1)
-            node.transfers.inflight = 1  # the serial path (one batch at a time), same nodes
-            one = [tutti_fetch() for _ in range(a.runs)]
-            node.transfers.inflight = a.inflight
-            out["one_batch_in_flight_MiB_s"] = round(mib / statistics.median(one), 1)
+            out["requester_copy_and_sum_cpu_s_per_GiB"] = round(statistics.median(sum_cpu) / gib, 2)
+            out["one_batch_in_flight_MiB_s"] = round(mib / statistics.median(serial_s), 1)
         print(json.dumps(out))
         node.close()
     finally:

@@ -9,8 +9,9 @@ transfer engine instead moves bytes between registered buffers of two nodes, and
              and which of its registered landing slots to write into);
   owner      checks each block against its own slot record (same key, generation, data_sum: else
              "stale", not served), reads them with a verified store read into its registered serve
-             area, writes them into the requester's landing slot with one batch transfer, and notifies
-             "got" with which blocks it sent;
+             slot, writes them into the requester's landing slot (one transfer per block, all submitted
+             at once, their completion polled with pauses: Mooncake's synchronous calls spin a core),
+             and then notifies "got" with which blocks it sent;
   requester  copies each sent block to where it was asked to go and computes libtutti's checksum of
              *that copy* (Store.block_sum); only a match with the descriptor's data_sum — the owner's
              committed checksum — makes the block a hit.  Anything else is a miss, counted.
@@ -47,6 +48,7 @@ log = logging.getLogger("tutti.cluster")
 
 NOTIFY_NAME = "tutti1"
 MAX_MSG = 64 << 10
+WRITE_POLL_S = 0.0005   # how often a send checks its transfers (Mooncake's own sync calls spin instead)
 SERVE_QUEUE = 256        # requests an owner holds while its serve threads are busy; beyond: dropped
                          # (the requester's wait for them ends at its cluster_fetch_timeout_s)
 
@@ -61,6 +63,11 @@ def contiguous_memmap(ffi, addr: int, geometry, n_blocks: int):
     mm = ffi.new("struct tt_memmap *")
     mm.n_layers, mm.n_spans, mm.base, mm.stride = geometry.n_layers, geometry.n_spans, bases, strides
     return mm, (bases, strides)
+
+
+def _valid_batch(batch_id) -> bool:
+    """transfer_submit_write returns -1 (as an unsigned 64-bit id: 2**64 - 1) when it could not submit."""
+    return isinstance(batch_id, int) and 0 < batch_id < (1 << 64) - 1
 
 
 class _Landing:
@@ -170,17 +177,49 @@ class Transfers:
         n.name, n.msg = NOTIFY_NAME, json.dumps(msg)
         e = link.engine
         if data is not None:
-            srcs, dsts, lens = data
-            rc = link.call(e.batch_transfer_sync, peer, srcs, dsts, lens, link.Opcode.Write, n,
-                           timeout_s=self.cfg.fetch_timeout_s, what=f"send {len(srcs)} blocks to {peer}")
-        else:
-            remote = link.call(e.get_first_buffer_address, peer, what=f"find {peer}")
-            if not remote:
-                raise CallTimeout(f"peer {peer} has no registered memory (gone?)")
-            rc = link.call(e.transfer_sync, peer, link.staging_addr + self.scratch_off, remote, 8,
-                           link.Opcode.Read, n, timeout_s=self.cfg.fetch_timeout_s, what=f"notify {peer}")
+            self._write(peer, *data)  # every block written (or CallTimeout), then the notify
+        remote = link.call(e.get_first_buffer_address, peer, what=f"find {peer}")
+        if not remote:
+            raise CallTimeout(f"peer {peer} has no registered memory (gone?)")
+        rc = link.call(e.transfer_sync, peer, link.staging_addr + self.scratch_off, remote, 8,
+                       link.Opcode.Read, n, timeout_s=self.cfg.fetch_timeout_s, what=f"notify {peer}")
         if rc != 0:
             raise CallTimeout(f"transfer to {peer} failed (mooncake rc {rc})")
+
+    def _write(self, peer: str, srcs, dsts, lens) -> None:
+        """Write each (src, dst, len) to ``peer`` and wait, sleeping between polls, until every one
+        completed; CallTimeout when one failed or cluster_fetch_timeout_s passed.
+
+        Why not batch_transfer_sync: Mooncake's synchronous calls poll the transfer's status in a loop
+        without pause, so the calling thread burns a core for as long as the bytes travel — on a small
+        machine the very core the transfer (and the next store read) needs.  Each block is its own
+        one-request transfer here because transfer_check_status, the one non-blocking status query of
+        the Python API, reports a transfer's first request only."""
+        e = self.link.engine
+        deadline = time.monotonic() + self.cfg.fetch_timeout_s
+
+        def submit():
+            return [e.transfer_submit_write(peer, s, d, n) for s, d, n in zip(srcs, dsts, lens)]
+
+        ids = self.link.call(submit, what=f"send {len(srcs)} blocks to {peer}")
+        pending = [i for i in ids if _valid_batch(i)]
+        failed = len(pending) < len(ids)
+        while pending:
+            left = []
+            for i in pending:
+                st = e.transfer_check_status(i)  # 1 done, 0 running, -1 failed, -2 timed out (kept)
+                if st == 0:
+                    left.append(i)
+                elif st != 1:
+                    failed = True
+            pending = left
+            if pending:
+                if time.monotonic() > deadline:
+                    raise CallTimeout(f"send {len(srcs)} blocks to {peer}: not done in "
+                                      f"{self.cfg.fetch_timeout_s:g} s")
+                time.sleep(WRITE_POLL_S)
+        if failed:
+            raise CallTimeout(f"send {len(srcs)} blocks to {peer}: a transfer failed")
 
     def on_notify(self, name: str, msg: str) -> None:
         """A notify from the dispatcher thread: a request to serve (queued for the serve threads: the
