@@ -1,11 +1,20 @@
 """Fetch rate of the cluster tier vs Mooncake's own get of the same bytes, on loopback (docs/cluster.md).
 
 Starts a mooncake_master and an owner process (its own store holding N blocks, published; and the same
-bytes as raw Mooncake objects in its segment), then in this process: ClusterNode.fetch of all N blocks
-(owner reads its store, transfer engine write, checksum of the copy), and MooncakeDistributedStore
-.batch_get_into of the raw objects into registered memory (no store read, no checksum).
+bytes as raw Mooncake objects in its segment), then in this process, alternating, after one warm-up each:
+ClusterNode.fetch of all N blocks (owner reads its store, transfer-engine write, checksum of the copy) and
+MooncakeDistributedStore.batch_get_into of the raw objects into registered memory (no store read, no
+checksum).  Prints medians and their ratio as one JSON line, and the CPU seconds per GiB each took (this
+process, the owner and the master together, and each: on a small machine, what bounds the rate).  ``--owner-dir``
+puts the owner's store there (e.g. /dev/shm: tmpfs, the same DRAM the raw get reads; default: a temporary
+directory on disk).
 
-    .venv/bin/python benchmarks/cluster_fetch.py [--blocks 64] [--runs 5]
+``--breakdown`` also times a fetch with one batch in flight (the serial path before the pipeline;
+alternating with the other two) and the parts of the fetch path on their own: the owner's verified store
+read of the N blocks (in the owner, batch by batch) and the requester's copy + checksum of N blocks, with
+their CPU seconds per GiB.
+
+    .venv/bin/python benchmarks/cluster_fetch.py [--blocks 64] [--runs 5] [--owner-dir /dev/shm]
 """
 import argparse
 import ctypes
@@ -19,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from tutti import Fingerprint, Store
 from tutti.cluster import ClusterConfig, ClusterNode
@@ -38,19 +48,62 @@ def key(i):
     return f"bench|{i}".encode()
 
 
-def owner(path, port, master, metadata, n):
+def cpu_s(*pids):
+    """CPU seconds (user + system) used so far by this process and each of ``pids``."""
+    r = os.times()
+    out = [r.user + r.system]
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        out.append((int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_since(before, *pids):
+    return [b - a for a, b in zip(before, cpu_s(*pids))]
+
+
+def master_binary():
+    where = [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+    try:  # the scripts of the environment Mooncake is installed in (a venv may borrow its packages)
+        import mooncake
+        where.insert(1, str(Path(mooncake.__file__).resolve().parents[4] / "bin"))
+    except (ImportError, IndexError):
+        pass
+    exe = shutil.which("mooncake_master", path=os.pathsep.join(where))
+    if exe is None:
+        sys.exit("cluster_fetch: mooncake_master not found next to this Python, Mooncake's or on PATH")
+    return exe
+
+
+def config(a, **kw):
+    return ClusterConfig(batch_blocks=a.batch, inflight_batches=a.inflight, **kw)
+
+
+def owner(a):
+    path, port, master, metadata, n = a.owner[0], int(a.owner[1]), a.owner[2], a.owner[3], int(a.owner[4])
     Store.format(path, FP, n_slots=n + 4)
     store = Store.open(path, expect=FP)
     bb = store.block_bytes
     for i in range(n):
         store.put(key(i), os.urandom(bb))
-    node = ClusterNode(store, ClusterConfig(master=master, metadata=metadata, port=port,
-                                            index_bytes=(n + 8) * bb, batch_blocks=16))
+    node = ClusterNode(store, config(a, master=master, metadata=metadata, port=port, index_bytes=(n + 8) * bb))
     cfg = node.link.replicate_here()
     for i in range(n):
         node.link.store.put(f"bench/raw/{i}", store.get(key(i)), cfg)
     print("ready", flush=True)
-    sys.stdin.readline()
+    for line in sys.stdin:
+        if line.strip() != "read":
+            break
+        # The serve path's store read alone: every block, batch by batch, into the serve slot.
+        slots = store.lookup([key(i) for i in range(n)])
+        recs = [store.slot_record(s) for s in slots]
+        blocks = [(r["key"], s, r["gen"], r["data_sum"]) for r, s in zip(recs, slots)]
+        c0, t = cpu_s()[0], time.perf_counter()
+        for c in range(0, n, a.batch):
+            assert all(node.transfers._read_for_peer(blocks[c:c + a.batch], 0))
+        print(json.dumps({"read_s": time.perf_counter() - t, "cpu_s": cpu_s()[0] - c0}), flush=True)
     node.close()
 
 
@@ -58,52 +111,106 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=64)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=16, help="cluster_batch_blocks")
+    ap.add_argument("--inflight", type=int, default=ClusterConfig.inflight_batches, help="cluster_inflight_batches")
+    ap.add_argument("--owner-dir", help="directory of the owner's store (default: a temporary one on disk)")
+    ap.add_argument("--breakdown", action="store_true", help="also time the parts of the fetch path")
     ap.add_argument("--owner", nargs=5, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.owner:
-        path, port, master, metadata, n = a.owner
-        return owner(path, int(port), master, metadata, int(n))
+        return owner(a)
     tmp = tempfile.mkdtemp(prefix="tutti-cluster-bench-")
+    odir = tempfile.mkdtemp(prefix="tutti-cluster-bench-owner-", dir=a.owner_dir) if a.owner_dir else tmp
     rpc, http, metrics = free_port(), free_port(), free_port()
-    exe = shutil.which("mooncake_master", path=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    m = subprocess.Popen([exe, f"--rpc_port={rpc}", "--rpc_address=127.0.0.1", "--enable_http_metadata_server=true",
-                          "--http_metadata_server_host=127.0.0.1", f"--http_metadata_server_port={http}",
-                          "--metrics_host=127.0.0.1", f"--metrics_port={metrics}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    m = subprocess.Popen([master_binary(), f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
+                          "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
+                          f"--http_metadata_server_port={http}", "--metrics_host=127.0.0.1",
+                          f"--metrics_port={metrics}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.5)
     master, metadata = f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
-    o = subprocess.Popen([sys.executable, __file__, "--owner", f"{tmp}/owner.img", str(free_port()), master,
-                          metadata, str(a.blocks)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         stderr=subprocess.DEVNULL)
+    o = subprocess.Popen([sys.executable, __file__, "--batch", str(a.batch), "--inflight", str(a.inflight),
+                          "--owner", f"{odir}/owner.img", str(free_port()), master, metadata, str(a.blocks)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL)
     try:
         assert o.stdout.readline().strip() == "ready", "owner did not start"
         Store.format(f"{tmp}/me.img", FP, n_slots=4)
         store = Store.open(f"{tmp}/me.img", expect=FP)
         bb, n = store.block_bytes, a.blocks
-        node = ClusterNode(store, ClusterConfig(master=master, metadata=metadata, port=free_port(),
-                                                index_bytes=16 << 20, batch_blocks=16, fetch_timeout_s=60))
+        node = ClusterNode(store, config(a, master=master, metadata=metadata, port=free_port(),
+                                         index_bytes=16 << 20, fetch_timeout_s=60))
         keys = [key(i) for i in range(n)]
         buf = mmap.mmap(-1, n * bb)
         views = [memoryview(buf)[i * bb:(i + 1) * bb] for i in range(n)]
-        tutti_s, raw_s = [], []
-        for _ in range(a.runs):
-            t = time.perf_counter()
-            ok = node.fetch(keys, views)
-            tutti_s.append(time.perf_counter() - t)
-            assert all(ok), f"{ok.count(False)} blocks missed"
         addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
         assert node.link.store.register_buffer(addr, n * bb) == 0
         names = [f"bench/raw/{i}" for i in range(n)]
-        for _ in range(a.runs):
-            t = time.perf_counter()
+
+        cpu = {"tutti": [], "raw": []}  # CPU seconds of requester + owner + master per run
+
+        def tutti_fetch():
+            c, t = cpu_s(o.pid, m.pid), time.perf_counter()
+            ok = node.fetch(keys, views)
+            dt = time.perf_counter() - t
+            cpu["tutti"].append(cpu_since(c, o.pid, m.pid))
+            assert all(ok), f"{ok.count(False)} blocks missed: {node.info()['stats']}"
+            return dt
+
+        def raw_get():
+            c, t = cpu_s(o.pid, m.pid), time.perf_counter()
             got = node.link.store.batch_get_into(names, [addr + i * bb for i in range(n)], [bb] * n)
-            raw_s.append(time.perf_counter() - t)
+            dt = time.perf_counter() - t
+            cpu["raw"].append(cpu_since(c, o.pid, m.pid))
             assert all(g == bb for g in got), got
+            return dt
+
+        def serial_fetch():  # one batch in flight: the path before the pipeline, same nodes
+            node.transfers.inflight = 1
+            try:
+                return tutti_fetch()
+            finally:
+                node.transfers.inflight = a.inflight
+
+        tutti_fetch(), raw_get()  # warm-up: connections, segment descriptors
+        tutti_s, raw_s, serial_s = [], [], []
+        for _ in range(a.runs):  # alternating, so that all three see the same machine
+            tutti_s.append(tutti_fetch())
+            raw_s.append(raw_get())
+            if a.breakdown:
+                serial_s.append(serial_fetch())
         mib = n * bb / (1 << 20)
-        out = {"blocks": n, "block_bytes": bb, "runs": a.runs,
+        out = {"blocks": n, "block_bytes": bb, "batch_blocks": a.batch, "inflight_batches": a.inflight,
+               "owner_dir": a.owner_dir or "disk (temporary directory)", "runs": a.runs,
                "tutti_fetch_MiB_s": round(mib / statistics.median(tutti_s), 1),
                "mooncake_get_MiB_s": round(mib / statistics.median(raw_s), 1)}
         out["ratio"] = round(out["tutti_fetch_MiB_s"] / out["mooncake_get_MiB_s"], 3)
+        gib = n * bb / (1 << 30)
+        for name, what in (("tutti", "tutti"), ("mooncake", "raw")):  # the warm-up left out
+            per = list(zip(*cpu[what][1:]))  # requester, owner, master
+            out[f"{name}_cpu_s_per_GiB"] = round(statistics.median(map(sum, zip(*per))) / gib, 2)
+            out[f"{name}_cpu_split"] = {k: round(statistics.median(v) / gib, 2)
+                                        for k, v in zip(("requester", "owner", "master"), per)}
+        if a.breakdown:
+            reads, read_cpu = [], []
+            for _ in range(a.runs):
+                o.stdin.write("read\n")
+                o.stdin.flush()
+                r = json.loads(o.stdout.readline())
+                reads.append(r["read_s"])
+                read_cpu.append(r["cpu_s"])
+            sums, sum_cpu = [], []
+            src = bytearray(os.urandom(bb))
+            for _ in range(a.runs):
+                c, t = cpu_s()[0], time.perf_counter()
+                for v in views:
+                    v[:] = src
+                    store.block_sum(v)
+                sums.append(time.perf_counter() - t)
+                sum_cpu.append(cpu_s()[0] - c)
+            out["owner_store_read_MiB_s"] = round(mib / statistics.median(reads), 1)
+            out["owner_store_read_cpu_s_per_GiB"] = round(statistics.median(read_cpu) / gib, 2)
+            out["requester_copy_and_sum_MiB_s"] = round(mib / statistics.median(sums), 1)
+            out["requester_copy_and_sum_cpu_s_per_GiB"] = round(statistics.median(sum_cpu) / gib, 2)
+            out["one_batch_in_flight_MiB_s"] = round(mib / statistics.median(serial_s), 1)
         print(json.dumps(out))
         node.close()
     finally:
@@ -113,6 +220,8 @@ def main():
             o.wait(30)
         m.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+        if odir != tmp:
+            shutil.rmtree(odir, ignore_errors=True)
 
 
 if __name__ == "__main__":

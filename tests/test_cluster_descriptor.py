@@ -101,3 +101,46 @@ def test_connector_takes_cluster_keys_and_refuses_typos_in_one_line():
     code = ("import sys; from tutti.vllm.config import TuttiConfig; TuttiConfig.from_extra({'path': '/x'}); "
             "print(any(m.startswith('mooncake') for m in sys.modules))")
     assert subprocess.check_output([sys.executable, "-c", code], text=True).strip() == "False"
+
+
+def test_inflight_batches_and_staging_are_bounded():
+    from tutti.cluster.config import MAX_INFLIGHT, SERVE_SLOTS, check_staging
+
+    assert ClusterConfig.from_extra_config({"cluster_inflight_batches": "3"}).inflight_batches == 3
+    for bad in (0, -1, MAX_INFLIGHT + 1, 1.5, True, "two"):
+        with pytest.raises(ClusterError, match="cluster_inflight_batches"):
+            ClusterConfig.from_extra_config({"cluster_inflight_batches": bad})
+    cfg = ClusterConfig(batch_blocks=16, inflight_batches=3)
+    assert check_staging(cfg, 1 << 20) == (SERVE_SLOTS + 3) * 16 * (1 << 20) + 4096
+    # Hundreds of GiB of staging (4096 blocks x 64 batches x 2 MiB) is refused, naming the keys to lower.
+    with pytest.raises(ClusterError, match="cluster_batch_blocks or cluster_inflight_batches"):
+        check_staging(ClusterConfig(batch_blocks=4096, inflight_batches=MAX_INFLIGHT), 2 << 20)
+
+
+def test_bounded_calls_run_at_once_and_only_late_ones_count_as_stuck():
+    import threading
+    import time
+
+    from tutti.cluster.bounded import Bounded, CallTimeout
+
+    b = Bounded(max_stuck=2)
+    out = []
+    ts = [threading.Thread(target=lambda i=i: out.append(b.call(5, time.sleep, 0.3) or i)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert sorted(out) == list(range(8)) and b.stuck == 0   # 8 calls at once: none refused
+    release = threading.Event()
+    for _ in range(2):
+        with pytest.raises(CallTimeout, match="no answer"):
+            b.call(0.05, release.wait, 10)
+    assert b.stuck == 2
+    with pytest.raises(CallTimeout, match="still stuck"):
+        b.call(5, int)
+    release.set()
+    deadline = time.monotonic() + 5
+    while b.stuck:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert b.call(5, int, "7") == 7

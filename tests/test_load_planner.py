@@ -81,3 +81,113 @@ def test_decode_steps_and_bad_samples_are_ignored():
     assert p.token_s is None and p.read_bps is None
     with pytest.raises(ValueError):
         LoadPlanner(0, BS, L)
+
+
+# --- remote blocks (cluster tier): a remote block costs its fetch, then its load -------------------
+
+
+def test_remote_blocks_are_priced_with_the_default_fetch_rate_until_one_is_measured():
+    from tutti.sched.online import DEFAULT_FETCH_BPS
+
+    # A fast local store (a block loads in 52 us) and 1.6 ms to compute a block: every local block pays.
+    p = planner(read_bps=20e9, token_s=1e-4)
+    assert p.fetch_bps == DEFAULT_FETCH_BPS
+    hit, new = 100, 100 * BS + 16
+    assert p.blocks_to_load(hit, new) == hit                      # all local: all loaded, as before
+    # The default prices a 1 MiB block's fetch at 5.2 ms > 1.6 ms to compute it: the remote 40 are cut.
+    assert BLOCK_BYTES / DEFAULT_FETCH_BPS > BS * 1e-4
+    assert p.blocks_to_load(hit, new, remote_blocks=40) == 60
+    assert p.predict_s(60, new, 60) < p.predict_s(100, new, 60)
+
+
+def test_a_fast_measured_fetch_loads_remote_blocks_too():
+    p = planner(read_bps=20e9, token_s=1e-4)
+    for _ in range(3):
+        p.observe_fetch(64 * BLOCK_BYTES, 64 * BLOCK_BYTES / 10e9)   # 10 GB/s: 0.1 ms a block
+    assert p.fetch_bps == 10e9
+    assert p.blocks_to_load(100, 100 * BS + 16, remote_blocks=40) == 100
+
+
+def test_the_cut_falls_where_fetching_stops_paying():
+    # A block computes in 16 ms and loads in 10.5 ms: loading pays up to where load and compute of the
+    # rest meet (~75 of 124 blocks).  Fetching a remote block pays while the fetch costs less than
+    # computing the block: the cut is at the meeting point when fetches are cheap, at the end of the
+    # local part when they are not.
+    p = planner(read_bps=100e6, token_s=1e-3)
+    new, hit, remote = 2000, 124, 100          # 24 local blocks, then 100 remote
+    t_load, t_block = BLOCK_BYTES / 100e6, BS * 1e-3
+    meet = new * 1e-3 / (t_load + t_block)
+    for _ in range(3):
+        p.observe_fetch(BLOCK_BYTES, BLOCK_BYTES / 1e9)           # 1 ms a block: pays
+    k = p.blocks_to_load(hit, new, remote_blocks=remote)
+    assert abs(k - meet) <= 1.5 and k < hit
+    for d in (-1, 1):
+        assert p.predict_s(k, new, hit - remote) <= p.predict_s(k + d, new, hit - remote) + 1e-12
+    slow = planner(read_bps=100e6, token_s=1e-3)
+    for _ in range(3):
+        slow.observe_fetch(BLOCK_BYTES, BLOCK_BYTES / 30e6)       # 35 ms a block: more than computing it
+    assert slow.blocks_to_load(hit, new, remote_blocks=remote) == hit - remote
+    # Without the remote part the same hit is loaded to the meeting point: only fetching was cut.
+    assert abs(slow.blocks_to_load(hit, new) - meet) <= 1.5
+
+
+def test_remote_blocks_cut_for_long_are_fetched_once_to_measure_again():
+    from tutti.sched.online import PROBE_EVERY_S
+
+    now = [0.0]
+    p = LoadPlanner(BLOCK_BYTES, BS, L, clock=lambda: now[0])
+    for _ in range(MIN_SAMPLES):
+        p.observe_load(10 * BLOCK_BYTES, 10 * BLOCK_BYTES / 20e9, stall_s=1.0)
+        p.observe_step(1000, 1000 * 1e-4)
+    new = 100 * BS + 16
+    assert p.blocks_to_load(100, new, remote_blocks=40) == 60     # the default: remote cut
+    now[0] = PROBE_EVERY_S - 1
+    assert p.blocks_to_load(100, new, remote_blocks=40) == 60
+    now[0] = PROBE_EVERY_S + 1
+    assert p.blocks_to_load(100, new, remote_blocks=40) == 100    # one probe...
+    assert p.blocks_to_load(100, new, remote_blocks=40) == 60     # ...then the default again
+    p.observe_fetch(40 * BLOCK_BYTES, 40 * BLOCK_BYTES / 10e9)    # the probe measured 10 GB/s
+    assert p.blocks_to_load(100, new, remote_blocks=40) == 100
+
+
+def test_bad_fetch_samples_are_ignored_and_reported():
+    p = LoadPlanner(BLOCK_BYTES, BS, L)
+    p.observe_fetch(0, 1.0)
+    p.observe_fetch(BLOCK_BYTES, 0.0)
+    p.observe_fetch(-1, -1.0)
+    d = p.describe()
+    assert d["fetch_samples"] == 0 and d["fetch_MBps"] == 200.0
+    assert p.blocks_to_load(10, 200, remote_blocks=10) == 10       # nothing measured: everything loaded
+
+
+def test_the_scheduler_prices_remote_hits_with_the_workers_fetch_reports(tmp_path):
+    """SchedulerSide (no store, no engine): a hit peers hold is cut at the default fetch rate, and
+    loaded whole once rank 0's worker metadata reports fast fetches."""
+    from types import SimpleNamespace as NS
+
+    from tutti.vllm.config import ModelShape, TuttiConfig
+    from tutti.vllm.metadata import TuttiWorkerMeta
+    from tutti.vllm.scheduler import SchedulerSide
+    from tutti.vllm.stats import TuttiStats
+
+    cfg = TuttiConfig.from_extra({"path": str(tmp_path / "kv.img")})      # load_policy auto: the default
+    shape = ModelShape(model_id="tests/remote", dtype="float16", n_layers=32, kv_heads=8, head_dim=128,
+                       block_size=BS, tp_size=1)
+    s = SchedulerSide(cfg, shape, NS(cache_config=NS(prefix_caching_hash_algo="sha256")), TuttiStats())
+    s.cluster = NS(remote_prefix=lambda snapshots, keys: len(keys))      # peers hold every block
+    bb = shape.block_bytes_per_rank()                                     # 2 MiB
+    for _ in range(MIN_SAMPLES):
+        s.planner.observe_load(10 * bb, 10 * bb / 20e9, stall_s=1.0)     # fast local loads
+        s.planner.observe_step(1000, 1000 * 1e-4)                        # 1.6 ms to compute a block
+    req = NS(request_id="r", num_prompt_tokens=100 * BS + 1, block_hashes=[b"h%d" % i for i in range(100)])
+    tokens, _ = s.get_num_new_matched_tokens(req, 0)
+    assert tokens == 0       # a 2 MiB fetch at the default 200 MB/s (10 ms) costs more than computing it
+
+    def report(rank, bps):
+        meta = TuttiWorkerMeta(fetch_perf=[(rank, 64 * bb, 64 * bb / bps)] * MIN_SAMPLES)
+        s.update_connector_output(NS(finished_sending=None, kv_connector_worker_meta=meta))
+
+    report(1, 20e9)          # another rank's reports do not teach the planner
+    assert s.get_num_new_matched_tokens(req, 0)[0] == 0
+    report(0, 20e9)          # rank 0 fetched at 20 GB/s: every remote block pays
+    assert s.get_num_new_matched_tokens(req, 0)[0] == 100 * BS

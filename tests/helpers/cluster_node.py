@@ -30,7 +30,9 @@ def main():
     cfg = ClusterConfig(master=master, metadata=metadata, port=int(port),
                         call_timeout_s=float(os.environ.get("NODE_CALL_TIMEOUT", "2")),
                         fetch_timeout_s=float(os.environ.get("NODE_FETCH_TIMEOUT", "5")),
-                        keeper_interval_s=0.5, index_bytes=16 << 20, batch_blocks=8)
+                        keeper_interval_s=0.5, index_bytes=16 << 20,
+                        batch_blocks=int(os.environ.get("NODE_BATCH", "8")),
+                        inflight_batches=int(os.environ.get("NODE_INFLIGHT", "4")))
     node = ClusterNode(store, cfg)
     bb = store.block_bytes
     print(json.dumps({"ok": "ready", "block_bytes": bb}), flush=True)

@@ -58,6 +58,11 @@ def serve_cmd(paths, master, metadata, host, port, options, check_only, as_json)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     with _open(paths, "cluster serve") as store:
+        from ..cluster.config import check_staging
+        try:
+            check_staging(cfg, store.block_bytes)  # batch x in-flight x this store's blocks: bounded
+        except ClusterError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
         if check_only:
             info = {"endpoint": cfg.endpoint, "master": cfg.master, "store_uuid": store.uuid,
                     "blocks": len(store.committed()), "checked": True}

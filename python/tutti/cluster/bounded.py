@@ -2,8 +2,10 @@
 
 Mooncake's own RPCs wait ~4 s on a dead master and a transfer to a killed peer may wait longer; a
 serving engine cannot.  ``Bounded.call`` runs the call on a daemon thread and returns at the deadline
-(the call is then a failure for the caller).  A call still stuck in C cannot be stopped: it is counted,
-and while ``max_stuck`` are stuck new calls fail at once instead of piling up threads.
+(the call is then a failure for the caller).  A call still running in C past its deadline cannot be
+stopped: it is counted as *stuck* until it returns, and while ``max_stuck`` are stuck new calls fail at
+once instead of piling up threads.  Calls running within their deadline are not stuck: the pipelined
+fetch (tutti.cluster.transfer) runs several at once.
 """
 from __future__ import annotations
 
@@ -30,8 +32,7 @@ class Bounded:
         with self._lock:
             if self._stuck >= self.max_stuck:
                 raise CallTimeout(f"{what}: {self._stuck} earlier calls are still stuck (peer or master down?)")
-            self._stuck += 1
-        box = {}
+        box: dict = {}
 
         def run():
             try:
@@ -40,13 +41,20 @@ class Bounded:
                 box["e"] = e
             finally:
                 with self._lock:
-                    self._stuck -= 1
+                    box["done"] = True
+                    if box.get("stuck"):
+                        self._stuck -= 1
 
         t = threading.Thread(target=run, name="tutti-mooncake-call", daemon=True)
         t.start()
         t.join(timeout_s)
-        if t.is_alive():
-            self.timeouts += 1
+        with self._lock:
+            late = "done" not in box
+            if late:
+                box["stuck"] = True
+                self._stuck += 1
+                self.timeouts += 1
+        if late:
             raise CallTimeout(f"{what}: no answer in {timeout_s:g} s")
         if "e" in box:
             raise box["e"]

@@ -6,6 +6,34 @@ from typing import Any
 
 from .errors import ClusterError
 
+MAX_INFLIGHT = 64        # cluster_inflight_batches at most (each is batch_blocks blocks of landing memory)
+SERVE_SLOTS = 2          # batches an owner prepares at once: one read from its store while one is sent
+MAX_STAGING_SHARE = 4    # registered staging at most 1/this of the machine's memory
+
+
+def staging_bytes(block_bytes: int, batch_blocks: int, inflight_batches: int) -> int:
+    """Registered staging of one node: SERVE_SLOTS serve batches, inflight_batches landing batches and a
+    page for notifies."""
+    return (SERVE_SLOTS + inflight_batches) * batch_blocks * block_bytes + 4096
+
+
+def check_staging(cfg: "ClusterConfig", block_bytes: int) -> int:
+    """The staging size of ``cfg`` with blocks of ``block_bytes``; ClusterError naming the keys to lower
+    when it would exceed 1/MAX_STAGING_SHARE of this machine's memory."""
+    import os
+
+    need = staging_bytes(block_bytes, cfg.batch_blocks, cfg.inflight_batches)
+    try:
+        phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        phys = 0
+    if phys > 0 and need > phys // MAX_STAGING_SHARE:
+        raise ClusterError(f"cluster staging of {need >> 20} MiB (({SERVE_SLOTS} + cluster_inflight_batches "
+                           f"{cfg.inflight_batches}) x cluster_batch_blocks {cfg.batch_blocks} x "
+                           f"{block_bytes} bytes) exceeds 1/{MAX_STAGING_SHARE} of this machine's "
+                           f"{phys >> 20} MiB: lower cluster_batch_blocks or cluster_inflight_batches")
+    return need
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -23,6 +51,7 @@ class ClusterConfig:
     rdma_devices: str = ""
     index_bytes: int = 32 << 20                # this node's Mooncake segment: holds its descriptors
     batch_blocks: int = 16                     # blocks per transfer request (staging buffer size)
+    inflight_batches: int = 4                  # batches a fetch keeps in flight (landing slots of batch_blocks)
     call_timeout_s: float = 2.0                # any one Mooncake call (master, metadata)
     fetch_timeout_s: float = 10.0              # one batch of blocks from a peer
     keeper_interval_s: float = 1.0             # how often a node checks its index survived (master restart)
@@ -57,6 +86,8 @@ class ClusterConfig:
                 raise ClusterError(f"cluster_{name} must be > 0 and at most 3600 s: every wait is bounded")
         if not 1 <= self.batch_blocks <= 4096:
             raise ClusterError("cluster_batch_blocks must be between 1 and 4096")
+        if not 1 <= self.inflight_batches <= MAX_INFLIGHT:
+            raise ClusterError(f"cluster_inflight_batches must be between 1 and {MAX_INFLIGHT}")
         if not 1 << 12 <= self.index_bytes <= 1 << 40:
             raise ClusterError("cluster_index_bytes must be between 4 KiB and 1 TiB")
         for name in ("master", "metadata", "host", "protocol"):

@@ -12,11 +12,21 @@ bytes anyway.
 
 Every Mooncake call is bounded (cluster_call_timeout_s); while the master is unreachable (the node's
 keeper says so) lookups are misses at once instead of timing out one by one.
+
+Eviction: the store evicts least recently used blocks on its own (inside libtutti, on a write), and tells
+only how many (its ``evictions`` counter).  The index remembers which slot and generation each of its own
+descriptors names, so (1) publishing a block into a slot that one of its descriptors names withdraws that
+descriptor at once (the slot was evicted for it: the common case, every commit is published), and (2)
+``reconcile`` — run by the node's keeper when the counter moved more than (1) explains, or at least every
+RECONCILE_EVERY_S while it moves — checks every remembered descriptor against its slot's record, in chunks
+(the store lock is released between them), and withdraws those whose slot no longer holds that key and
+generation.  A withdrawal removes a name only while it still holds that exact stale descriptor.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from .._store import key_from_bytes
 from .bounded import CallTimeout
@@ -25,6 +35,10 @@ from .errors import DescriptorError
 from .keys import block_name, fingerprint_id, node_name
 
 log = logging.getLogger("tutti.cluster")
+
+RECONCILE_CHUNK = 1024     # slot records checked per store-lock hold
+RECONCILE_EVERY_S = 30.0   # a full check at least this often while the store keeps evicting
+MAX_STALE_LATER = 1 << 16  # stale descriptors kept for a later withdrawal while the master is away
 
 
 class ClusterIndex:
@@ -38,6 +52,15 @@ class ClusterIndex:
         self.endpoint = endpoint or link.cfg.endpoint
         self.master_up = threading.Event()
         self.master_up.set()
+        # This node's own descriptors in Mooncake: slot -> (store key, gen), and key -> slot.  Index
+        # mutations are serialized (a withdrawal must not remove a descriptor published meanwhile).
+        self._mine: dict = {}
+        self._slot_of: dict = {}
+        self._mutate = threading.RLock()
+        self._explained = 0         # evictions seen through publishing (1) since the last check
+        self._changes_seen = None   # the store's evictions + corrupt_blocks at the last check
+        self._last_full = 0.0
+        self._stale_later: list = []  # stale descriptors to withdraw once the master answers
 
     # --- names -------------------------------------------------------------------
 
@@ -78,19 +101,33 @@ class ClusterIndex:
         return self.publish_slots(slots)
 
     def publish_slots(self, slots) -> int:
+        with self._mutate:
+            return self._publish_slots(slots)
+
+    def _publish_slots(self, slots) -> int:
         descs = self._descriptors_of_slots(slots)
         if not descs:
             return 0
+        # A slot one of our descriptors names now holds another key: that block was evicted for it.
+        evicted = []
+        for d in descs:
+            had = self._mine.get(d.slot)
+            if had is not None and had[0] != d.key:
+                evicted.append((had[0], d.slot, had[1]))
+        if evicted:
+            self._explained += len(evicted)
+            self._withdraw_stale(evicted)
         names = [self.name_of(d.key) for d in descs]
         current = self._get_values(names)
         if current is None:
             return 0
-        put_names, put_values = [], []
+        put_names, put_values, put_descs = [], [], []
         for name, d, cur in zip(names, descs, current):
             if cur:
                 try:
                     other = Descriptor.decode(cur)
                     if other == d:
+                        self._remember(d.key, d.slot, d.gen)
                         continue  # already there
                     if other.endpoint != self.endpoint and other.fp_id == self.fp_id:
                         continue  # another node published it first: its descriptor stays
@@ -98,6 +135,7 @@ class ClusterIndex:
                     pass  # garbage under our name: replaced
             put_names.append(name)
             put_values.append(d.encode())
+            put_descs.append(d)
         if not put_names:
             return 0
         try:
@@ -109,8 +147,22 @@ class ClusterIndex:
         if rc != 0:
             log.warning("tutti cluster: publishing %d blocks failed (mooncake rc %s)", len(put_names), rc)
             return 0
+        for d in put_descs:
+            self._remember(d.key, d.slot, d.gen)
         self.stats["published"] += len(put_names)
         return len(put_names)
+
+    def _remember(self, key: bytes, slot: int, gen: int) -> None:
+        old = self._slot_of.get(key)
+        if old is not None and old != slot and self._mine.get(old, (None,))[0] == key:
+            del self._mine[old]
+        self._mine[slot] = (key, gen)
+        self._slot_of[key] = slot
+
+    def _forget(self, key: bytes) -> None:
+        slot = self._slot_of.pop(key, None)
+        if slot is not None and self._mine.get(slot, (None,))[0] == key:
+            del self._mine[slot]
 
     def republish_all(self, chunk: int = 1024) -> int:
         """Publish everything the store holds (its on-disk slot table), and this node's record."""
@@ -129,21 +181,28 @@ class ClusterIndex:
         return self.withdraw_store_keys([self.store_key(k) for k in keys])
 
     def withdraw_store_keys(self, store_keys) -> int:
-        names = [self.name_of(k) for k in store_keys]
-        current = self._get_values(names)
-        if current is None:
-            return 0
-        mine = []
-        for name, cur in zip(names, current):
-            try:
-                if cur and Descriptor.decode(cur).endpoint == self.endpoint:
-                    mine.append(name)
-            except DescriptorError:
-                mine.append(name)  # garbage: nobody's, removed
-        if not mine:
+        with self._mutate:
+            store_keys = list(store_keys)
+            names = [self.name_of(k) for k in store_keys]
+            current = self._get_values(names)
+            if current is None:
+                return 0
+            mine = []
+            for name, cur in zip(names, current):
+                try:
+                    if cur and Descriptor.decode(cur).endpoint == self.endpoint:
+                        mine.append(name)
+                except DescriptorError:
+                    mine.append(name)  # garbage: nobody's, removed
+            for k in store_keys:
+                self._forget(k)
+            return self._remove(mine)
+
+    def _remove(self, names) -> int:
+        if not names:
             return 0
         try:
-            rcs = self.link.call(self.link.store.batch_remove, mine, True, what=f"withdraw {len(mine)}")
+            rcs = self.link.call(self.link.store.batch_remove, names, True, what=f"withdraw {len(names)}")
         except CallTimeout as e:
             log.warning("tutti cluster: %s", e)
             return 0
@@ -151,11 +210,86 @@ class ClusterIndex:
         self.stats["withdrawn"] += n
         return n
 
+    def _withdraw_stale(self, entries) -> int:
+        """Withdraw this node's descriptors of ``entries`` ((store key, slot, gen) no longer held): each
+        name only while it holds exactly that descriptor (not one published since).  While the master
+        cannot be asked they are kept for the next check."""
+        for key, slot, gen in entries:
+            if self._mine.get(slot) == (key, gen):
+                del self._mine[slot]
+            if self._slot_of.get(key) == slot:
+                del self._slot_of[key]
+        names = [self.name_of(k) for k, _, _ in entries]
+        current = self._get_values(names)
+        if current is None:
+            self._stale_later = (self._stale_later + list(entries))[-MAX_STALE_LATER:]
+            return 0
+        stale = []
+        for name, (key, slot, gen), cur in zip(names, entries, current):
+            try:
+                d = Descriptor.decode(cur) if cur else None
+            except DescriptorError:
+                continue
+            if d is not None and d.endpoint == self.endpoint and (d.key, d.slot, d.gen) == (key, slot, gen):
+                stale.append(name)
+        n = self._remove(stale)
+        self.stats["withdrawn_evicted"] += n
+        return n
+
+    def check_evictions(self, force: bool = False) -> int:
+        """If the store evicted (or dropped corrupt) blocks since the last check beyond what publishing
+        explained, or RECONCILE_EVERY_S passed while it keeps evicting: reconcile.  Returns how many
+        descriptors were withdrawn."""
+        with self.lock:
+            st = self.store.stats()
+        changes = st["evictions"] + st["corrupt_blocks"]
+        with self._mutate:
+            if self._changes_seen is None:
+                self._changes_seen = changes
+            moved = changes - self._changes_seen
+            explained, self._explained = self._explained, 0
+            self._changes_seen = changes
+            n = 0
+            if self._stale_later:  # withdrawals the master could not take last time
+                later, self._stale_later = self._stale_later, []
+                n += self._withdraw_stale(later)
+            due = time.monotonic() - self._last_full >= RECONCILE_EVERY_S
+            if not force and (moved == 0 or (moved <= explained and not due)):
+                return n
+            return n + self.reconcile()
+
+    def reconcile(self, chunk: int = RECONCILE_CHUNK) -> int:
+        """Withdraw every descriptor of this node whose slot no longer holds its key and generation."""
+        with self._mutate:
+            self._last_full = time.monotonic()
+            items = list(self._mine.items())
+            gone = []
+            for c in range(0, len(items), chunk):
+                with self.lock:  # released between chunks: the engine's hooks wait one chunk at most
+                    for slot, (key, gen) in items[c:c + chunk]:
+                        try:
+                            rec = self.store.slot_record(slot)
+                        except KeyError:
+                            rec = None
+                        if rec is None or rec["key"] != key or rec["gen"] != gen:
+                            gone.append((key, slot, gen))
+            self.stats["reconciled"] += 1
+            n = 0
+            for c in range(0, len(gone), chunk):
+                n += self._withdraw_stale(gone[c:c + chunk])
+            return n
+
     def withdraw_all(self) -> int:
         """Withdraw every block of this store and the node record (a clean shutdown)."""
         with self.lock:
             keys = list(self.store.committed())
-        n = self.withdraw_store_keys(keys)
+        with self._mutate:
+            keys = list(dict.fromkeys(keys + list(self._slot_of)))  # and what it still names elsewhere
+            n = 0
+            for c in range(0, len(keys), RECONCILE_CHUNK):
+                n += self.withdraw_store_keys(keys[c:c + RECONCILE_CHUNK])
+            self._mine.clear()
+            self._slot_of.clear()
         try:
             self.link.call(self.link.store.remove, self.node_record, True, what="withdraw node record")
         except CallTimeout:

@@ -1,9 +1,11 @@
 """One node of the cluster tier: its store, its Mooncake link, its index entries, its transfers.
 
-Threads: a dispatcher that takes the transfer engine's notifies (requests to serve, replies to fetches)
-and a keeper that checks every cluster_keeper_interval_s that this node's record is still in Mooncake:
-when the master is unreachable it marks the index down (lookups are misses at once); when the record is
-gone (a master restarted empty) it re-publishes everything the store holds from the slot table.
+Threads: a dispatcher that takes the transfer engine's notifies (requests to serve, queued for the
+serve threads of tutti.cluster.transfer; replies to fetches, handed to the fetch that asked) and a
+keeper that checks every cluster_keeper_interval_s that this node's record is still in Mooncake: when
+the master is unreachable it marks the index down (lookups are misses at once); when the record is gone
+(a master restarted empty) it re-publishes everything the store holds from the slot table; when the
+store evicted blocks it withdraws their descriptors (ClusterIndex.check_evictions).
 
 The store is not thread-safe: everything here touches it under ``store_lock``, and a caller that uses
 the same Store elsewhere (the connector) must hold that lock too (ClusterNode.store_lock).
@@ -11,6 +13,7 @@ the same Store elsewhere (the connector) must hold that lock too (ClusterNode.st
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import threading
 
@@ -32,17 +35,19 @@ class ClusterNode:
         self.store, self.cfg = store, cfg
         self.store_lock = store_lock or threading.RLock()
         self.stats: collections.Counter = collections.Counter()
-        self.link = Link(cfg, Transfers.staging_bytes(store.block_bytes, cfg.batch_blocks))
+        self.link = Link(cfg, Transfers.staging_bytes(store.block_bytes, cfg))
         self.index = ClusterIndex(store, self.link, self.store_lock, self.stats)
         self.transfers = Transfers(store, self.link, self.store_lock, self.stats)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._dispatch, name="tutti-cluster-notify", daemon=True),
                          threading.Thread(target=self._keep, name="tutti-cluster-keeper", daemon=True)]
+        self.index.check_evictions()  # the baseline the store's eviction counter is compared with
         if publish_now:
             try:
                 self.index.republish_all()
             except CallTimeout as e:
                 log.warning("tutti cluster: first publish failed (%s); the keeper retries", e)
+        self.transfers.start()
         for t in self._threads:
             t.start()
 
@@ -70,13 +75,16 @@ class ClusterNode:
                 self.stats["misses_absent"] += 1
             else:
                 by_owner[d.endpoint].append(i)
+        # Batches of batch_blocks per owner, owners taken in turn so that a slow one does not hold up
+        # the others; the transfers keep cluster_inflight_batches of them in flight.
         n = self.cfg.batch_blocks
-        for owner, idx in by_owner.items():
-            for c in range(0, len(idx), n):
-                part = idx[c:c + n]
-                got = self.transfers.fetch_from(owner, [descs[i] for i in part], [into[i] for i in part])
-                for i, ok in zip(part, got):
-                    result[i] = ok
+        per_owner = [[(owner, idx[c:c + n]) for c in range(0, len(idx), n)] for owner, idx in by_owner.items()]
+        parts = [p for turn in itertools.zip_longest(*per_owner) for p in turn if p is not None]
+        got = self.transfers.fetch_batches([(owner, [descs[i] for i in part], [into[i] for i in part])
+                                            for owner, part in parts])
+        for (_, part), oks in zip(parts, got):
+            for i, ok in zip(part, oks):
+                result[i] = ok
         return result
 
     def fetch_into_store(self, keys) -> list:
@@ -91,8 +99,15 @@ class ClusterNode:
         return ok
 
     def publish(self, keys) -> int:
-        """Tell the cluster this store holds connector ``keys`` (after they committed)."""
-        return self.index.publish(keys)
+        """Tell the cluster this store holds connector ``keys`` (after they committed); descriptors of
+        blocks evicted for them are withdrawn, and any the store evicted otherwise (its counter moved
+        more than that explains) after a reconcile."""
+        n = self.index.publish(keys)
+        try:
+            self.index.check_evictions()
+        except CallTimeout as e:
+            log.info("tutti cluster: withdrawing evicted blocks: %s", e)
+        return n
 
     def withdraw(self, keys) -> int:
         """Tell the cluster this store no longer holds ``keys`` (before or after evicting them)."""
@@ -117,6 +132,7 @@ class ClusterNode:
                 log.info("tutti cluster: withdraw at close: %s", e)
         for t in self._threads:
             t.join(self.cfg.call_timeout_s + self.cfg.fetch_timeout_s)
+        self.transfers.stop(self.cfg.call_timeout_s + self.cfg.fetch_timeout_s)
         self.link.close()
 
     def __enter__(self):
@@ -165,3 +181,7 @@ class ClusterNode:
                     log.info("tutti cluster: re-published %d blocks", n)
                 except CallTimeout as e:
                     log.info("tutti cluster: re-publish: %s", e)
+            try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
+                idx.check_evictions()
+            except CallTimeout as e:
+                log.info("tutti cluster: withdrawing evicted blocks: %s", e)

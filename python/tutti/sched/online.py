@@ -11,23 +11,42 @@ The rates come from the workers: a load the forward waited for most of the time 
 store's read rate; a load hidden under compute only shows the rate is at least that high; prefill steps
 give compute seconds per token.  Medians of the last few samples, so one slow step does not swing it;
 until there are enough, and unless the gain is clear, the whole hit is loaded (what a fast store gets).
+
+Remote blocks (cluster tier: the last ``remote`` blocks of a hit, held by peers) cost more: the worker
+fetches them into its store before the forward starts (nothing hides that), then loads them like local
+ones.  So each loaded remote block adds ``block_bytes / fetch_bps`` ahead of the pipeline above, the
+fetch rate being the median of the workers' fetches (bytes asked over the time the fetch took, failures
+included: a peer that times out is slow).  Before the first fetch is measured, and when no fetch was
+measured for PROBE_EVERY_S while remote blocks were being cut, it is DEFAULT_FETCH_BPS — and after such
+a pause one hit is let through whole, so the rate is measured again instead of the default ruling
+forever.  The predicted time is convex in the blocks loaded, so its minimum is at the end of the local
+part, at the meeting point of load and compute, or at an end of the hit: the cut falls where fetching
+stops paying.
 """
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
+from typing import Callable
 
 # Samples needed of each rate before any hit is cut (a few requests into serving).
 MIN_SAMPLES = 3
 WINDOW = 9            # the last samples the medians are taken over
 IO_BOUND = 0.5        # a load is I/O-bound when the forward waited for it at least this share of its time
 MIN_GAIN = 0.8        # cut a hit only when the predicted time is at most this share of loading it all
+# Remote blocks' fetch rate until one is measured: conservative, about what a fetch into the local
+# store (TCP loopback, then a put) gave on the 2-core test VM (docs/cluster.md); a real network per
+# stream is rarely faster over TCP.
+DEFAULT_FETCH_BPS = 200e6
+PROBE_EVERY_S = 60.0  # remote blocks cut this long without a fetch measured: measure again
 
 
 class LoadPlanner:
     """Online read and compute rates, and the load length they make best."""
 
-    def __init__(self, block_bytes: int, block_size: int, n_layers: int, *, min_step_tokens: int | None = None):
+    def __init__(self, block_bytes: int, block_size: int, n_layers: int, *, min_step_tokens: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if block_bytes <= 0 or block_size <= 0 or n_layers <= 0:
             raise ValueError("LoadPlanner: block_bytes, block_size and n_layers must be > 0")
         self.block_bytes, self.block_size, self.n_layers = block_bytes, block_size, n_layers
@@ -36,6 +55,9 @@ class LoadPlanner:
         self._read: deque = deque(maxlen=WINDOW)      # bytes/s of I/O-bound loads
         self._hidden_bps = 0.0                        # highest bytes/s of a load compute hid
         self._token: deque = deque(maxlen=WINDOW)     # compute seconds per token
+        self._fetch: deque = deque(maxlen=WINDOW)     # bytes/s of fetches from peers (cluster tier)
+        self._clock = clock
+        self._last_fetch: float | None = None         # when a fetch was last measured (or probed)
 
     def observe_load(self, nbytes: int, wall_s: float, stall_s: float) -> None:
         """A finished load: its bytes, its time from start to the last layer, and how long the
@@ -53,6 +75,18 @@ class LoadPlanner:
         if tokens >= self.min_step_tokens and compute_s > 0:
             self._token.append(compute_s / tokens)
 
+    def observe_fetch(self, nbytes: int, wall_s: float) -> None:
+        """A worker's fetch of remote blocks into its store: the bytes it asked for and how long it
+        took (blocks that did not arrive included)."""
+        if nbytes > 0 and wall_s > 0:
+            self._fetch.append(nbytes / wall_s)
+            self._last_fetch = self._clock()
+
+    @property
+    def fetch_bps(self) -> float:
+        """The fetch rate remote blocks are priced at: measured, else DEFAULT_FETCH_BPS."""
+        return statistics.median(self._fetch) if self._fetch else DEFAULT_FETCH_BPS
+
     @property
     def read_bps(self) -> float | None:
         if len(self._read) < MIN_SAMPLES:
@@ -63,35 +97,60 @@ class LoadPlanner:
     def token_s(self) -> float | None:
         return statistics.median(self._token) if len(self._token) >= MIN_SAMPLES else None
 
-    def predict_s(self, load_blocks: int, new_tokens: int) -> float | None:
-        """Predicted forward time of a request loading ``load_blocks`` of its ``new_tokens``."""
+    def predict_s(self, load_blocks: int, new_tokens: int, remote_from: int | None = None) -> float | None:
+        """Predicted time of a request loading ``load_blocks`` of its ``new_tokens`` (fetch of the
+        remote ones, then the forward), where the blocks from ``remote_from`` on are remote."""
         rb, tt = self.read_bps, self.token_s
         if rb is None or tt is None:
             return None
         load = load_blocks * self.block_bytes / rb
         compute = max(new_tokens - load_blocks * self.block_size, 1) * tt
-        return max(load, compute) + load / self.n_layers
+        fetch = 0.0
+        if remote_from is not None and load_blocks > remote_from:
+            fetch = (load_blocks - remote_from) * self.block_bytes / self.fetch_bps
+        return fetch + max(load, compute) + load / self.n_layers
 
-    def blocks_to_load(self, hit_blocks: int, new_tokens: int) -> int:
-        """Of ``hit_blocks`` stored blocks at the head of ``new_tokens`` tokens still to process,
-        how many to load (the rest recomputed)."""
+    def blocks_to_load(self, hit_blocks: int, new_tokens: int, remote_blocks: int = 0) -> int:
+        """Of ``hit_blocks`` stored blocks at the head of ``new_tokens`` tokens still to process, the
+        last ``remote_blocks`` of them held by peers, how many to load (the rest recomputed)."""
         if hit_blocks <= 0:
             return 0
-        full = self.predict_s(hit_blocks, new_tokens)
+        remote_blocks = min(max(remote_blocks, 0), hit_blocks)
+        local = hit_blocks - remote_blocks
+        rfrom = local if remote_blocks else None
+        full = self.predict_s(hit_blocks, new_tokens, rfrom)
         if full is None:
             return hit_blocks
         t_load = self.block_bytes / self.read_bps  # type: ignore[operator]
         t_block = self.block_size * self.token_s  # type: ignore[operator]
-        # Where the load and the compute of the rest meet; beyond it every block loaded adds time.
+        # Where the load and the compute of the rest meet; beyond it every block loaded adds time.  With
+        # remote blocks the time is still convex in k: its minimum is at a meeting point, at the end of
+        # the local part, or at an end of the hit.
         k = int(new_tokens * self.token_s / (t_load + t_block))  # type: ignore[operator]
-        best = min((min(max(k + d, 0), hit_blocks) for d in (-1, 0, 1)),
-                   key=lambda b: (self.predict_s(b, new_tokens), -b))
-        if best < hit_blocks and self.predict_s(best, new_tokens) <= MIN_GAIN * full:  # type: ignore[operator]
+        cands = {min(max(c, 0), hit_blocks) for c in (k - 1, k, k + 1, local, 0, hit_blocks)}
+        best = min(cands, key=lambda b: (self.predict_s(b, new_tokens, rfrom), -b))
+        if best < hit_blocks and self.predict_s(best, new_tokens, rfrom) <= MIN_GAIN * full:  # type: ignore[operator]
+            if remote_blocks and self._probe_due():  # the cut takes remote blocks first
+                return hit_blocks  # no fetch measured for long: this hit fetches them, to measure
             return best
         return hit_blocks
+
+    def _probe_due(self) -> bool:
+        """True (once per PROBE_EVERY_S) when no fetch was measured for that long: a hit whose remote
+        part would be cut is let through whole, to measure the rate again."""
+        now = self._clock()
+        if self._last_fetch is None:
+            self._last_fetch = now  # the default rules for the first PROBE_EVERY_S
+            return False
+        if now - self._last_fetch < PROBE_EVERY_S:
+            return False
+        self._last_fetch = now
+        return True
 
     def describe(self) -> dict:
         rb, tt = self.read_bps, self.token_s
         return {"read_MBps": round(rb / 1e6, 2) if rb else None,
                 "token_us": round(tt * 1e6, 2) if tt else None,
-                "read_samples": len(self._read), "token_samples": len(self._token)}
+                "fetch_MBps": round(self.fetch_bps / 1e6, 2),
+                "read_samples": len(self._read), "token_samples": len(self._token),
+                "fetch_samples": len(self._fetch)}

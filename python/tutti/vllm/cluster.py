@@ -146,7 +146,14 @@ class WorkerCluster:
     """
 
     def __init__(self, store, ccfg, rank: int, tp_size: int, lock):
+        from ..cluster.config import check_staging
+        from ..errors import ConfigError
+
         check_ports(ccfg, tp_size)
+        try:  # a staging area too large for this machine is a setting to change, not worth retrying
+            check_staging(ccfg, store.block_bytes)
+        except ClusterError as e:
+            raise ConfigError(f"TuttiConnector: {e}") from None
         self.store, self.lock = store, lock
         self.cfg = worker_config(ccfg, rank)
         self.node: Any = None  # tutti.cluster.ClusterNode once joined

@@ -100,9 +100,10 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     unsaved: list = field(default_factory=list)
     drained: list = field(default_factory=list)
     # For the load planner (tutti.sched.online): (rank, bytes, wall_s, stall_s) of finished loads,
-    # (rank, step, forward_s, stall_s) of forwards.
+    # (rank, step, forward_s, stall_s) of forwards, (rank, bytes, wall_s) of fetches from peers.
     load_perf: list = field(default_factory=list)
     step_perf: list = field(default_factory=list)
+    fetch_perf: list = field(default_factory=list)
 
     def aggregate(self, other: "TuttiWorkerMeta | None") -> "TuttiWorkerMeta":
         if other is None:
@@ -113,4 +114,5 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
                                unsaved=self.unsaved + other.unsaved,
                                drained=self.drained + getattr(other, "drained", []),
                                load_perf=self.load_perf + getattr(other, "load_perf", []),
-                               step_perf=self.step_perf + getattr(other, "step_perf", []))
+                               step_perf=self.step_perf + getattr(other, "step_perf", []),
+                               fetch_perf=self.fetch_perf + getattr(other, "fetch_perf", []))

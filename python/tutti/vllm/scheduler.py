@@ -185,7 +185,9 @@ class SchedulerSide:
             last += self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
                                                [self.key(h) for h in hashes[last:limit]])
         if self.planner is not None and last > first:
-            k = self.planner.blocks_to_load(last - first, request.num_prompt_tokens - num_computed_tokens)
+            # Remote blocks (the hit's tail) are priced with the measured fetch rate: fetch + load.
+            k = self.planner.blocks_to_load(last - first, request.num_prompt_tokens - num_computed_tokens,
+                                            remote_blocks=last - st.remote_from)
             st.cut_blocks, last = last - first - k, first + k
         return (last - first) * self.block_size, False
 
@@ -429,10 +431,14 @@ class SchedulerSide:
                 st.next_save = first
 
     def _take_perf(self, meta):
-        """Rank 0's loads and forwards teach the planner (every rank moves its shard alike)."""
+        """Rank 0's loads, fetches from peers and forwards teach the planner (every rank moves its
+        shard alike)."""
         for rank, nbytes, wall_s, stall_s in getattr(meta, "load_perf", ()):
             if rank == 0:
                 self.planner.observe_load(nbytes, wall_s, stall_s)
+        for rank, nbytes, wall_s in getattr(meta, "fetch_perf", ()):
+            if rank == 0:
+                self.planner.observe_fetch(nbytes, wall_s)
         for rank, step, forward_s, stall_s in getattr(meta, "step_perf", ()):
             tokens = self.step_tokens.pop(step, None) if rank == 0 else None
             if tokens:

@@ -118,6 +118,7 @@ class WorkerSide(SavesMixin):
         # forwards, sent with the worker metadata.
         self._perf = cfg.load_policy == "auto"
         self._load_perf, self._step_perf = [], []
+        self._fetch_perf = []   # (rank, bytes asked, wall_s) of fetches from peers (cluster tier)
         self._fwd = None        # (start, step) of the forward in progress
         self._stall = 0.0       # its seconds waiting for loads
         self._init_saves(cfg)   # saves.py
@@ -176,7 +177,11 @@ class WorkerSide(SavesMixin):
             # older blocks, not from this step's local hits; remote keys already here need no fetch.
             slots = dict(zip(keys[::-1], self.store.lookup(keys[::-1])))
         want = [k for k in remote if slots.get(k) is None]
+        t0 = time.perf_counter()
         ok = self.cluster.fetch(want)
+        if self._perf and want:  # the planner prices remote blocks with it (failures included)
+            self._fetch_perf = self._fetch_perf[-15:] + [(self.rank, len(want) * self.layout.block_bytes,
+                                                          time.perf_counter() - t0)]
         n = sum(ok)
         self.stats.add(remote_blocks=n, remote_errors=len(want) - n)
         got = [k for k, good in zip(want, ok) if good]
@@ -377,17 +382,18 @@ class WorkerSide(SavesMixin):
         drained = self.drained_step() if self._deferred else None
         new_drained = drained != self._drained_sent
         if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
-                or self._load_perf or self._step_perf):
+                or self._load_perf or self._step_perf or self._fetch_perf):
             return None
         if self.cluster is not None:  # this step's commits: published by the node's thread
             self.cluster.publish([e.key for e in self._events if e.key is not None])
         meta = TuttiWorkerMeta(events=self._events, missing=self._missing,
                                failures=list(self._unacked.values()), unsaved=self._unsaved,
                                drained=[(self.rank, drained)] if new_drained else [],
-                               load_perf=self._load_perf, step_perf=self._step_perf)
+                               load_perf=self._load_perf, step_perf=self._step_perf,
+                               fetch_perf=self._fetch_perf)
         self._drained_sent = drained
         self._events, self._missing, self._unsaved = [], [], []
-        self._load_perf, self._step_perf = [], []
+        self._load_perf, self._step_perf, self._fetch_perf = [], [], []
         return meta
 
     def close_cluster(self):
