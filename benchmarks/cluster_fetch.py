@@ -22,26 +22,19 @@ import json
 import mmap
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from tutti import Fingerprint, Store
-from tutti.cluster import ClusterConfig, ClusterNode
+from tutti.cluster import ClusterConfig, ClusterError, ClusterNode
+from tutti.cluster.local_master import LocalMaster, free_port
 
 # Llama-3-8B's KV block shape: 32 layers x K/V x 16 tokens x 8 heads x 128 dims, bf16 = 2 MiB.
 FP = Fingerprint(model_id="bench/llama3-8b-shape", dtype="bfloat16", n_layers=32, kv_heads=8, head_dim=128,
                  block_size=16)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def key(i):
@@ -62,19 +55,6 @@ def cpu_s(*pids):
 
 def cpu_since(before, *pids):
     return [b - a for a, b in zip(before, cpu_s(*pids))]
-
-
-def master_binary():
-    where = [os.path.dirname(sys.executable), os.environ.get("PATH", "")]
-    try:  # the scripts of the environment Mooncake is installed in (a venv may borrow its packages)
-        import mooncake
-        where.insert(1, str(Path(mooncake.__file__).resolve().parents[4] / "bin"))
-    except (ImportError, IndexError):
-        pass
-    exe = shutil.which("mooncake_master", path=os.pathsep.join(where))
-    if exe is None:
-        sys.exit("cluster_fetch: mooncake_master not found next to this Python, Mooncake's or on PATH")
-    return exe
 
 
 def config(a, **kw):
@@ -121,13 +101,11 @@ def main():
         return owner(a)
     tmp = tempfile.mkdtemp(prefix="tutti-cluster-bench-")
     odir = tempfile.mkdtemp(prefix="tutti-cluster-bench-owner-", dir=a.owner_dir) if a.owner_dir else tmp
-    rpc, http, metrics = free_port(), free_port(), free_port()
-    m = subprocess.Popen([master_binary(), f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
-                          "--enable_http_metadata_server=true", "--http_metadata_server_host=127.0.0.1",
-                          f"--http_metadata_server_port={http}", "--metrics_host=127.0.0.1",
-                          f"--metrics_port={metrics}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.5)
-    master, metadata = f"127.0.0.1:{rpc}", f"http://127.0.0.1:{http}/metadata"
+    try:
+        m = LocalMaster(tmp, client_ttl=10).start()
+    except ClusterError as e:
+        sys.exit(f"cluster_fetch: {e}")
+    master, metadata = m.address, m.metadata
     o = subprocess.Popen([sys.executable, __file__, "--batch", str(a.batch), "--inflight", str(a.inflight),
                           "--owner", f"{odir}/owner.img", str(free_port()), master, metadata, str(a.blocks)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL)
@@ -148,18 +126,18 @@ def main():
         cpu = {"tutti": [], "raw": []}  # CPU seconds of requester + owner + master per run
 
         def tutti_fetch():
-            c, t = cpu_s(o.pid, m.pid), time.perf_counter()
+            c, t = cpu_s(o.pid, m.proc.pid), time.perf_counter()
             ok = node.fetch(keys, views)
             dt = time.perf_counter() - t
-            cpu["tutti"].append(cpu_since(c, o.pid, m.pid))
+            cpu["tutti"].append(cpu_since(c, o.pid, m.proc.pid))
             assert all(ok), f"{ok.count(False)} blocks missed: {node.info()['stats']}"
             return dt
 
         def raw_get():
-            c, t = cpu_s(o.pid, m.pid), time.perf_counter()
+            c, t = cpu_s(o.pid, m.proc.pid), time.perf_counter()
             got = node.link.store.batch_get_into(names, [addr + i * bb for i in range(n)], [bb] * n)
             dt = time.perf_counter() - t
-            cpu["raw"].append(cpu_since(c, o.pid, m.pid))
+            cpu["raw"].append(cpu_since(c, o.pid, m.proc.pid))
             assert all(g == bb for g in got), got
             return dt
 
