@@ -93,8 +93,9 @@ DISK_THREADS = 4
 FIXED_REGION_MAX = 1 << 30  # io_uring: at most 1 GiB per registered buffer
 CHILD_TIMEOUT_S = 900
 # fio's settings tried for the baseline: the store benchmark's, and LMCache's own request size (a whole
-# 32 MiB chunk per read, 4 in flight as its 4 disk threads keep them): a baseline must not be a weak one.
-COMPARE_FIO_CONFIGS = (*FIO_CONFIGS, ("32M", 4))
+# 32 MiB chunk per read) with 4 in flight (its 4 disk threads), 16, and 128 (raw-block's whole prefix at once):
+# a baseline must not be a weak one (a one-off check on this VM's virtual disk found 32M/QD128 well above 1M/QD32).
+COMPARE_FIO_CONFIGS = (*FIO_CONFIGS, ("32M", 4), ("32M", 16), ("32M", 128))
 FIO_MIN_BYTES = 32 << 20    # the largest block size of COMPARE_FIO_CONFIGS
 FIO_SETTINGS = ("sequential read, O_DIRECT, io_uring, the fastest of bs/iodepth "
                 + ", ".join(f"{b}/{q}" for b, q in COMPARE_FIO_CONFIGS) + " in an uncounted calibration pass")
@@ -102,6 +103,8 @@ FIO_SETTINGS = ("sequential read, O_DIRECT, io_uring, the fastest of bs/iodepth 
 ENGINES = {  # name -> (label, what its read checks, how it moves the bytes)
     "tutti": ("Tutti, layer-wise", "XXH3 of every object (default)",
               "io_uring, O_DIRECT, into a paged buffer at shuffled block ids"),
+    "tutti_all_layers": ("Tutti, all layers submitted at once", "XXH3 of every object (default)",
+                         "the same read with every layer in flight before the first wait"),
     "tutti_unverified": ("Tutti, layer-wise, checksums off", "nothing (verify=False)",
                          "the same read, store opened verify=False"),
     "raw_block": ("LMCache raw-block (Rust io_uring)", "nothing (the slot header is not read on load)",
@@ -417,8 +420,28 @@ class _Ctx:
             self.dropped = drop_page_cache() or self.dropped
 
 
+def retrieve_all_layers(store: Any, dst: PagedBuffer, geo: Geometry, slots: Sequence[int],
+                        mem_ids: Sequence[int]) -> dict:
+    """Tutti's read with every layer submitted before the first wait (the whole prefix in flight, as the
+    LMCache engines read it), then each layer waited for; checksums as the store was opened."""
+    def go() -> list:
+        txn = store.read(slots)
+        for layer in range(geo.n_layers):
+            txn.layer(layer, dst.memmap, mem_ids)
+        for layer in range(geo.n_layers):
+            txn.wait_layer(layer)
+        return list(txn.finish())
+
+    statuses, secs, cpu = _timed(go)
+    bad = [i for i, st in enumerate(statuses) if st != 0]
+    if bad:
+        raise BenchError(f"retrieve (all layers): {len(bad)} of {len(slots)} blocks failed (first: block "
+                         f"{bad[0]}, status {statuses[bad[0]]})", 1)
+    return {"seconds": secs, "cpu_seconds": cpu}
+
+
 class TuttiEngine:
-    names = ("tutti", "tutti_unverified", "fio")
+    names = ("tutti", "tutti_all_layers", "tutti_unverified", "fio")
 
     def __init__(self, ctx: _Ctx, path: str, fio_version: str | None):
         self.ctx, self.path = ctx, path
@@ -458,15 +481,6 @@ class TuttiEngine:
             _, secs, cpu = _timed(lambda: store_pass(store, self.src_pb, geo, keys, self.src_ids))
             out["tutti"] = {"store": _rate(nbytes, secs, cpu)}
             out["tutti"]["store_durable"] = out["tutti"]["store"]  # finish() makes data and records durable
-            if self.fio_version:
-                if self.fio_cfg is None:
-                    self.fio_cfg = pick_fio_config([self.path], "read", geo.data_off, self.fio_size,
-                                                   COMPARE_FIO_CONFIGS)
-                    ctx.log(f"  fio calibration: read {self.fio_cfg[0]}/QD{self.fio_cfg[1]}")
-                f = run_fio([self.path], "read", geo.data_off, self.fio_size, self.fio_cfg)
-                out["fio"] = {"retrieve": {"bytes": f["bytes"], "seconds": f["seconds"], "gbps": f["gbps"],
-                                           "cpu_seconds": f["cpu_seconds"],
-                                           "cpu_s_per_gb": f["cpu_seconds"] / (f["bytes"] / GB)}}
             slots = list(store.lookup(keys))
             if any(s is None or s < 0 for s in slots):
                 raise BenchError("retrieve: blocks just stored are missing from the store", 1)
@@ -475,6 +489,10 @@ class TuttiEngine:
             ret = retrieve_pass(store, self.dst_pb, geo, slots, self.dst_ids)
             verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve")
             out["tutti"]["retrieve"] = _rate(nbytes, ret["seconds"], ret["cpu_us_per_layer"] * geo.n_layers / 1e6)
+            ctx.before_read(0xA7 ^ r)
+            al = retrieve_all_layers(store, self.dst_pb, geo, slots, self.dst_ids)
+            verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, all layers")
+            out["tutti_all_layers"] = {"retrieve": _rate(nbytes, al["seconds"], al["cpu_seconds"])}
         with Store.open([self.path], engine=ctx.cfg.engine, verify=False) as store:
             self.dst_pb.register(store)
             ctx.before_read(0x3C ^ r)
@@ -482,6 +500,15 @@ class TuttiEngine:
             verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, verify off")
             out["tutti_unverified"] = {"retrieve": _rate(nbytes, nv["seconds"],
                                                          nv["cpu_us_per_layer"] * geo.n_layers / 1e6)}
+        if self.fio_version:  # after the reads, not right after the store: the same state the reads found
+            if self.fio_cfg is None:
+                self.fio_cfg = pick_fio_config([self.path], "read", geo.data_off, self.fio_size,
+                                               COMPARE_FIO_CONFIGS)
+                ctx.log(f"  fio calibration: read {self.fio_cfg[0]}/QD{self.fio_cfg[1]}")
+            f = run_fio([self.path], "read", geo.data_off, self.fio_size, self.fio_cfg)  # drops the cache first
+            out["fio"] = {"retrieve": {"bytes": f["bytes"], "seconds": f["seconds"], "gbps": f["gbps"],
+                                       "cpu_seconds": f["cpu_seconds"],
+                                       "cpu_s_per_gb": f["cpu_seconds"] / (f["bytes"] / GB)}}
         if ctx.tmpfs:
             _unlink(self.path)
         return out
@@ -841,10 +868,14 @@ def run_compare(cfg: CompareConfig, log: Callable[[str], None] | None = None) ->
             log(f"run {r + 1}/{cfg.runs}")
             run: dict = {}
             order = engines[r % len(engines):] + engines[:r % len(engines)]
+            took = []
             for eng in order:
+                t0 = time.perf_counter()
                 run.update(eng.run(r))
+                took.append(f"{eng.names[0]} {time.perf_counter() - t0:.0f} s")
             run["order"] = [n for eng in order for n in eng.names if n in run]
             runs.append(run)
+            log("  took (store, reads, checks): " + ", ".join(took))
             log("  retrieve GB/s: " + ", ".join(f"{k} {v['retrieve']['gbps']:.2f}" for k, v in run.items()
                                                if isinstance(v, dict) and "retrieve" in v))
         engine_name = getattr(tutti, "engine_name", None)
@@ -1005,26 +1036,33 @@ def markdown_section(results: Sequence[dict], command: str, title: str = COMPARE
         f"K and V of {human_bytes(first['workload']['span_bytes'])} per {first['workload']['block_size']}-token "
         f"block), prefixes of " + ", ".join(dict.fromkeys(str(r["workload"]["prefix_tokens"]) for r in results))
         + f" tokens; LMCache's {lay['chunk_tokens']}-token chunks of {human_bytes(lay['chunk_bytes'])} "
-        f"({lay['memory_format']}). {len(first['runs'])} runs per row, medians; engine order rotated run by run; "
+        f"({lay['memory_format']}). {len(first['runs'])} run(s) per row, medians; engine order rotated run by run; "
         "ratios are medians of per-run ratios.",
         f"- Engines: Tutti (engine `{first['tutti']['engine']}`); {rb['package']} {rb['version']} "
         f"(fixed buffers registered: {'yes' if rb['fixed_buffers'] else 'no'}); LMCache's local-disk I/O "
         "reproduced in plain Python (open/readinto/write, 4 threads, as lmcache 0.5.6 does it); "
         + (f"lmcache {lmc['version']} itself (`RawBlockCore`) through `{lmc['python']}`."
            if lmc.get("version") else "lmcache itself not run (no --lmcache-python)."),
-        "- Page cache: dropped before every read (root) on the disk"
-        + ("" if all(r["page_cache_dropped"] for r in results if r["medium"]["kind"] == "disk") else
-           " (**not** in every row: not root)")
-        + "; every engine but `local-disk, buffered` reads with O_DIRECT; tmpfs has no cache to drop.",
+        "- Page cache: "
+        + ("dropped before every read on the disk (as root; `sync` first)"
+           + ("" if all(r["page_cache_dropped"] for r in results if r["medium"]["kind"] == "disk") else
+              " (**not** in every row: not root)") + "; "
+           if any(r["medium"]["kind"] == "disk" for r in results) else "")
+        + "every engine but `local-disk, buffered` reads with O_DIRECT"
+        + ("; tmpfs has no cache to drop (its files are memory)" if any(r["medium"]["kind"] == "tmpfs"
+                                                                        for r in results) else "") + ".",
         f"- Baseline: fio sequential read of Tutti's store file in the same run ({first['fio']['note']}; "
         f"{first['fio']['settings']}).",
         "- Every read is compared byte for byte with the source; the destination is overwritten before each.",
         "", _md_table(SUMMARY_HEADER, [summary_row(r) for r in results]), "",
     ]
     for r in results:
+        chosen = r["fio"].get("chosen")
         out += [f"**{r['medium']['kind']}, {r['workload']['prefix_tokens']} tokens "
-                f"({human_bytes(r['workload']['bytes'])})** — store durable: Tutti's `finish` fsyncs; "
-                "the LMCache engines do not (`Store GB/s`), `Store + fsync` adds an fdatasync of their files.", "",
+                f"({human_bytes(r['workload']['bytes'])})** — fio: "
+                + (f"{chosen[0]}/QD{chosen[1]} chosen by the calibration" if chosen else r["fio"]["note"])
+                + "; store durable: Tutti's `finish` fsyncs, the LMCache engines do not (`Store GB/s`), "
+                "`Store + fsync` adds an fdatasync of their files.", "",
                 _md_table(ENGINE_HEADER, engine_rows(r)), ""]
     out += list(notes)
     return "\n".join(out).rstrip("\n") + "\n"
