@@ -279,6 +279,8 @@ OPTIONS.update({
                                   ("unknown key", "cluster_nope=1", U), ("not a number", "cluster_port=x", U),
                                   ("unbounded wait", "cluster_call_timeout_s=inf", U),
                                   ("control character", "cluster_host=a\nb", U)),
+    "compare": choice("LMCACHE", "mooncake"),
+    "lmcache_python": lambda cmd: _inputs(),
     "prometheus": flag, "rated_tbw": finite(), "dwpd": finite(), "warranty_years": finite(),
     **{f"{r}_root": lambda cmd: [("empty", "", U), ("missing", E("missing-dir"), U), ("a file", E("notstore.img"), U),
                                  ("FIFO", E("fifo"), U)] for r in ("sysfs", "procfs", "dev", "etc")},

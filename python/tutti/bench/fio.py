@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import subprocess
 from typing import Sequence
@@ -80,11 +81,16 @@ def parse_fio_json(text: str, rw: str) -> dict:
 
 def run_fio(paths: Sequence[str], rw: str, offset: int, size: int,
             config: tuple[str, int] = FIO_CONFIGS[0]) -> dict:
-    """One fio run with ``config`` = (block size, queue depth)."""
+    """One fio run with ``config`` = (block size, queue depth).
+
+    ``cpu_seconds``: user+sys CPU time of the fio process (getrusage of the waited-for child).
+    """
     bs, iodepth = config
     if rw == "read":
         drop_page_cache()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(fio_command(paths, rw, offset, size, bs, iodepth), capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise BenchError(f"fio {rw} failed (exit {out.returncode}): {out.stderr.strip() or out.stdout[-400:]}")
     try:
@@ -92,9 +98,11 @@ def run_fio(paths: Sequence[str], rw: str, offset: int, size: int,
     except (ValueError, KeyError) as e:
         raise BenchError(f"cannot read fio's {rw} output: {e}") from None
     res["bs"], res["iodepth"] = bs, iodepth
+    res["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return res
 
 
-def pick_fio_config(paths: Sequence[str], rw: str, offset: int, size: int) -> tuple[str, int]:
-    """The fastest of FIO_CONFIGS on ``paths`` (calibration: not a measurement)."""
-    return max(FIO_CONFIGS, key=lambda c: run_fio(paths, rw, offset, size, c)["gbps"])
+def pick_fio_config(paths: Sequence[str], rw: str, offset: int, size: int,
+                    configs: Sequence[tuple[str, int]] = FIO_CONFIGS) -> tuple[str, int]:
+    """The fastest of ``configs`` on ``paths`` (calibration: not a measurement)."""
+    return max(configs, key=lambda c: run_fio(paths, rw, offset, size, c)["gbps"])

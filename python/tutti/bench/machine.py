@@ -73,6 +73,11 @@ def _mount_of(path: str) -> tuple[str, str, str]:
     return best
 
 
+def filesystem_type(path: str) -> str:
+    """File system type holding ``path`` ("ext4", "tmpfs", ...; "?" when it cannot be told)."""
+    return _mount_of(path)[2]
+
+
 def describe_path(path: str) -> str:
     """Where a member lives: the block device itself, or the file system and disk under a file."""
     try:

@@ -278,9 +278,14 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
 @click.option("--section", type=Text(), default=None,
               help="heading of that section (default: the store benchmark's)")
 @click.option("--seed", type=int, default=1, show_default=True, help="seed for the data and the block shuffle")
+@click.option("--compare", type=Choice(["lmcache"]), default=None,
+              help="side by side with LMCache's disk engines on PATH's file system (needs tutti[lmcache-bench])")
+@click.option("--lmcache-python", type=InputFile(), default=None,
+              help="with --compare lmcache: a Python that has the lmcache package, to run lmcache's own "
+                   "RawBlockCore too")
 @_json_opt
 def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block_size, dtype, sweep, engine,
-              no_fio, force, output, section, seed, as_json):
+              no_fio, force, output, section, seed, compare, lmcache_python, as_json):
     """Measure layer-wise store and retrieve against fio and a naive per-object reader.
 
     Formats a store on PATH... (a benchmark store; anything else needs
@@ -288,12 +293,26 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     paged host buffer with shuffled block ids, retrieves it, verifies every
     byte, and compares with fio (same files, data region) and one os.preadv
     per object.  Every number printed is measured in this run.
+
+    With --compare lmcache: the same prefix also through LMCache's disk
+    engines (its raw-block layout over lmcache-rust-raw-block-io, its
+    local-disk layout of one file per 256-token chunk), their files beside
+    PATH, with GB/s and CPU seconds per GB of each, against fio.
     """
     from .. import bench
 
     members = list(check_members(None, None, list(paths) + list(extra_paths)))
     if not members:
         raise click.UsageError("give at least one PATH (or --path)")
+    if lmcache_python and not compare:
+        raise CliError("bench: --lmcache-python needs --compare lmcache", EXIT_USAGE)
+    if compare:
+        if len(members) != 1:
+            raise CliError("bench: --compare lmcache takes one PATH (Tutti's store file; LMCache's files go "
+                           "beside it)", EXIT_USAGE)
+        if size is not None:
+            raise CliError("bench: --size does not apply to --compare lmcache (the store holds the prefix)",
+                           EXIT_USAGE)
     sweep_counts = sweep
     fp = None
     if model_config:
@@ -305,12 +324,17 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
         from ..model import LLAMA3_8B
 
         fp = dataclasses.replace(LLAMA3_8B, block_size=block_size, dtype=dtype or LLAMA3_8B.dtype)
+    command = ("tutti-admin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+               if sys.argv and os.path.basename(sys.argv[0]).startswith("tutti-admin")
+               else "tutti-admin bench " + " ".join(shlex.quote(m) for m in members))
+    log = (lambda msg: click.echo(msg, err=True)) if not as_json else None
+    if compare:
+        _bench_compare(members[0], prefix_tokens, runs, fp, engine, no_fio, seed, force, lmcache_python, output,
+                       section, command, log, as_json)
+        return
     cfg = bench.BenchConfig(paths=members, prefix_tokens=prefix_tokens, runs=runs, size=size, fp=fp,
                             fio=not no_fio, sweep=sweep_counts, engine=engine, seed=seed, force=force,
-                            command="tutti-admin " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-                            if sys.argv and os.path.basename(sys.argv[0]).startswith("tutti-admin")
-                            else "tutti-admin bench " + " ".join(shlex.quote(m) for m in members))
-    log = (lambda msg: click.echo(msg, err=True)) if not as_json else None
+                            command=command)
     try:
         res = bench.run_bench(cfg, log=log)
     except bench.BenchError as e:
@@ -323,6 +347,31 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
         _emit_json(res)
     else:
         print_bench(make_console(), res)
+        if output:
+            make_console().print(f"results written to {output}")
+
+
+def _bench_compare(path, prefix_tokens, runs, fp, engine, no_fio, seed, force, lmcache_python, output, section,
+                   command, log, as_json) -> None:
+    """bench --compare lmcache: Tutti beside LMCache's disk engines (tutti.bench.lmcache_compare)."""
+    from .. import bench
+    from ..bench import lmcache_compare as lc
+
+    cfg = lc.CompareConfig(path=path, prefix_tokens=prefix_tokens, runs=runs, fp=fp, engine=engine, fio=not no_fio,
+                           seed=seed, force=force, lmcache_python=lmcache_python, command=command)
+    try:
+        res = lc.run_compare(cfg, log=log)
+    except bench.BenchError as e:
+        raise CliError(f"bench: {e}", e.code) from None
+    except OSError as e:
+        raise _store_error(e, "bench") from None
+    if output:
+        bench.replace_section(output, section or lc.COMPARE_TITLE,
+                              lc.markdown_section([res], command, section or lc.COMPARE_TITLE))
+    if as_json:
+        _emit_json(res)
+    else:
+        lc.print_compare(make_console(), res)
         if output:
             make_console().print(f"results written to {output}")
 
