@@ -191,3 +191,74 @@ def test_the_scheduler_prices_remote_hits_with_the_workers_fetch_reports(tmp_pat
     assert s.get_num_new_matched_tokens(req, 0)[0] == 0
     report(0, 20e9)          # rank 0 fetched at 20 GB/s: every remote block pays
     assert s.get_num_new_matched_tokens(req, 0)[0] == 100 * BS
+
+
+def _profile(read_gbps=None, n_layers=L):
+    """A profile table of a Llama-3-8B-shaped model: three measured points of a 1 ms + 0.1 ms/token layer."""
+    from tutti.sched.profile import ComputeProfile
+
+    d = {"version": 1, "device": "test", "date": "2026-12-02T00:00:00+00:00",
+         "model": {"n_layers": n_layers, "hidden": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+                   "intermediate": 14336, "dtype": "bfloat16", "block_size": BS},
+         "compute": [{"new_tokens": n, "prefix_tokens": 0, "layer_s": 1e-3 + n * 1e-4} for n in (256, 1024, 4096)]
+         + [{"new_tokens": 1024, "prefix_tokens": 4096, "layer_s": 1e-3 + 1024 * 1e-4}]}
+    if read_gbps is not None:
+        d["io"] = {"read_gbps": read_gbps, "write_gbps": read_gbps, "n_ssd": 1}
+    return ComputeProfile.from_json(d)
+
+
+def test_a_profile_table_cuts_the_first_hits_before_anything_is_measured():
+    new = 100 * BS + 16
+    assert LoadPlanner(BLOCK_BYTES, BS, L).blocks_to_load(100, new) == 100       # nothing known: all
+    slow = LoadPlanner(BLOCK_BYTES, BS, L, prior=_profile(read_gbps=0.05))       # a 50 MB/s store
+    k = slow.blocks_to_load(100, new)
+    assert 0 <= k < 100
+    assert slow.predict_s(k, new) <= 0.8 * slow.predict_s(100, new)
+    assert slow.describe()["profile"] is True and slow.describe()["token_us"] is None
+    fast = LoadPlanner(BLOCK_BYTES, BS, L, prior=_profile(read_gbps=50.0))
+    assert fast.blocks_to_load(100, new) == 100
+    # A table without io rates knows compute only: the read rate must be measured first.
+    assert LoadPlanner(BLOCK_BYTES, BS, L, prior=_profile()).blocks_to_load(100, new) == 100
+
+
+def test_measured_rates_replace_the_profile():
+    """The table says the store is fast; this server measures it slow: what is measured wins."""
+    p = LoadPlanner(BLOCK_BYTES, BS, L, prior=_profile(read_gbps=50.0))
+    new = 100 * BS + 16
+    assert p.blocks_to_load(100, new) == 100
+    for _ in range(MIN_SAMPLES):
+        p.observe_load(10 * BLOCK_BYTES, 10 * BLOCK_BYTES / 50e6, stall_s=0.9 * 10 * BLOCK_BYTES / 50e6)
+    assert p.blocks_to_load(100, new) < 100         # measured read rate, profiled compute
+    for _ in range(MIN_SAMPLES):
+        p.observe_step(1000, 1000 * 1e-2)            # and a very slow model measured: loading pays again
+    assert p.blocks_to_load(100, new) == 100
+
+
+def test_the_profile_key_is_checked_when_the_connector_starts(tmp_path):
+    import json
+    from types import SimpleNamespace as NS
+
+    from tutti.errors import ConfigError
+    from tutti.vllm.config import ModelShape, TuttiConfig
+    from tutti.vllm.scheduler import SchedulerSide
+    from tutti.vllm.stats import TuttiStats
+
+    for bad, says in ((str(tmp_path / "missing.json"), "missing.json"), (3, "expected the path"),
+                      ("", "expected the path")):
+        with pytest.raises(ConfigError, match=f"profile: .*{says}"):
+            TuttiConfig.from_extra({"profile": bad})
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="profile: .*JSON object"):
+        TuttiConfig.from_extra({"profile": str(tmp_path / "junk.json")})
+    table = tmp_path / "p.json"
+    table.write_text(json.dumps(_profile(read_gbps=0.05, n_layers=40).to_json()))
+    cfg = TuttiConfig.from_extra({"path": str(tmp_path / "kv.img"), "profile": str(table)})
+    shape = ModelShape(model_id="tests/profile", dtype="bfloat16", n_layers=32, kv_heads=8, head_dim=128,
+                       block_size=BS, tp_size=1)
+    vcfg = NS(cache_config=NS(prefix_caching_hash_algo="sha256"))
+    with pytest.raises(ConfigError, match="profile: measured for a model of 40 layers"):
+        SchedulerSide(cfg, shape, vcfg, TuttiStats())
+    table.write_text(json.dumps(_profile(read_gbps=0.05).to_json()))
+    s = SchedulerSide(TuttiConfig.from_extra({"path": str(tmp_path / "kv.img"), "profile": str(table)}), shape,
+                      vcfg, TuttiStats())
+    assert s.planner.prior is not None and s.planner.read_bps == 0.05e9

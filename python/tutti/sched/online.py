@@ -22,13 +22,23 @@ a pause one hit is let through whole, so the rate is measured again instead of t
 forever.  The predicted time is convex in the blocks loaded, so its minimum is at the end of the local
 part, at the meeting point of load and compute, or at an end of the hit: the cut falls where fetching
 stops paying.
+
+A profile table (``tutti-admin profile``, the connector's ``profile`` key) gives the planner a start:
+until the workers have reported enough loads (or prefill steps), the store's read rate is the table's
+``io.read_gbps`` and a request's compute is the table's fitted layer time for its own length, so the
+first requests of a slow store are cut from the start instead of after a few slow ones.  Measured
+rates replace each prior as soon as there are MIN_SAMPLES of them (the table was measured elsewhere,
+or another day: what this server sees wins).
 """
 from __future__ import annotations
 
 import statistics
 import time
 from collections import deque
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .profile import ComputeProfile
 
 # Samples needed of each rate before any hit is cut (a few requests into serving).
 MIN_SAMPLES = 3
@@ -46,7 +56,8 @@ class LoadPlanner:
     """Online read and compute rates, and the load length they make best."""
 
     def __init__(self, block_bytes: int, block_size: int, n_layers: int, *, min_step_tokens: int | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, prior: ComputeProfile | None = None):
+        """``prior``: a tutti.sched.profile.ComputeProfile of this model, used until rates are measured."""
         if block_bytes <= 0 or block_size <= 0 or n_layers <= 0:
             raise ValueError("LoadPlanner: block_bytes, block_size and n_layers must be > 0")
         self.block_bytes, self.block_size, self.n_layers = block_bytes, block_size, n_layers
@@ -58,6 +69,9 @@ class LoadPlanner:
         self._fetch: deque = deque(maxlen=WINDOW)     # bytes/s of fetches from peers (cluster tier)
         self._clock = clock
         self._last_fetch: float | None = None         # when a fetch was last measured (or probed)
+        self.prior = prior
+        io = getattr(prior, "io", None) or {}
+        self._prior_read_bps = float(io["read_gbps"]) * 1e9 if io.get("read_gbps") else None
 
     def observe_load(self, nbytes: int, wall_s: float, stall_s: float) -> None:
         """A finished load: its bytes, its time from start to the last layer, and how long the
@@ -90,21 +104,38 @@ class LoadPlanner:
     @property
     def read_bps(self) -> float | None:
         if len(self._read) < MIN_SAMPLES:
-            return None
+            return self._prior_read_bps
         return max(statistics.median(self._read), self._hidden_bps)
 
     @property
     def token_s(self) -> float | None:
+        """Measured compute seconds per token (None until MIN_SAMPLES steps; see _compute_s)."""
         return statistics.median(self._token) if len(self._token) >= MIN_SAMPLES else None
+
+    def _compute_s(self, rest_tokens: int, prefix_tokens: int) -> float | None:
+        """The forward of ``rest_tokens`` new tokens after ``prefix_tokens`` loaded ones: measured
+        per-token time, else the profile's fitted layer time (which knows attention grows with both)."""
+        tt = self.token_s
+        if tt is not None:
+            return max(rest_tokens, 1) * tt
+        if self.prior is not None:
+            return self.n_layers * self.prior.layer_time(max(rest_tokens, 1), max(prefix_tokens, 0))
+        return None
+
+    def _effective_token_s(self, new_tokens: int) -> float | None:
+        """Seconds per token of this request computed whole (the closed-form meeting point's)."""
+        c = self._compute_s(new_tokens, 0)
+        return None if c is None else c / max(new_tokens, 1)
 
     def predict_s(self, load_blocks: int, new_tokens: int, remote_from: int | None = None) -> float | None:
         """Predicted time of a request loading ``load_blocks`` of its ``new_tokens`` (fetch of the
         remote ones, then the forward), where the blocks from ``remote_from`` on are remote."""
-        rb, tt = self.read_bps, self.token_s
-        if rb is None or tt is None:
+        rb = self.read_bps
+        loaded = load_blocks * self.block_size
+        compute = self._compute_s(new_tokens - loaded, loaded)
+        if rb is None or compute is None:
             return None
         load = load_blocks * self.block_bytes / rb
-        compute = max(new_tokens - load_blocks * self.block_size, 1) * tt
         fetch = 0.0
         if remote_from is not None and load_blocks > remote_from:
             fetch = (load_blocks - remote_from) * self.block_bytes / self.fetch_bps
@@ -121,13 +152,16 @@ class LoadPlanner:
         full = self.predict_s(hit_blocks, new_tokens, rfrom)
         if full is None:
             return hit_blocks
+        tt = self._effective_token_s(new_tokens)
         t_load = self.block_bytes / self.read_bps  # type: ignore[operator]
-        t_block = self.block_size * self.token_s  # type: ignore[operator]
+        t_block = self.block_size * tt  # type: ignore[operator]
         # Where the load and the compute of the rest meet; beyond it every block loaded adds time.  With
         # remote blocks the time is still convex in k: its minimum is at a meeting point, at the end of
         # the local part, or at an end of the hit.
-        k = int(new_tokens * self.token_s / (t_load + t_block))  # type: ignore[operator]
+        k = int(new_tokens * tt / (t_load + t_block))  # type: ignore[operator]
         cands = {min(max(c, 0), hit_blocks) for c in (k - 1, k, k + 1, local, 0, hit_blocks)}
+        if self.token_s is None:  # the profile's curve: not linear in the tokens, so look around too
+            cands |= {hit_blocks * i // 32 for i in range(33)}
         best = min(cands, key=lambda b: (self.predict_s(b, new_tokens, rfrom), -b))
         if best < hit_blocks and self.predict_s(best, new_tokens, rfrom) <= MIN_GAIN * full:  # type: ignore[operator]
             if remote_blocks and self._probe_due():  # the cut takes remote blocks first
@@ -153,4 +187,4 @@ class LoadPlanner:
                 "token_us": round(tt * 1e6, 2) if tt else None,
                 "fetch_MBps": round(self.fetch_bps / 1e6, 2),
                 "read_samples": len(self._read), "token_samples": len(self._token),
-                "fetch_samples": len(self._fetch)}
+                "fetch_samples": len(self._fetch), "profile": self.prior is not None}

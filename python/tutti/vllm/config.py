@@ -69,10 +69,11 @@ class TuttiConfig:
     write_budget: str | int | float | None = None  # SSD write budget (admission.py); None: no budget
     write_admission: str = "expected_value"   # which saves a spent budget still writes (admission.py)
     cluster: Any = None                       # tutti.cluster.ClusterConfig from the cluster_* keys; None: off
+    profile: Any = None                       # tutti.sched.profile.ComputeProfile (load_policy auto's prior)
 
     KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
             "lookahead_layers", "write_policy", "save", "load", "load_policy", "save_mode", "max_pending_bytes",
-            "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission")
+            "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission", "profile")
 
     @classmethod
     def from_extra(cls, extra: dict) -> "TuttiConfig":
@@ -147,6 +148,8 @@ class TuttiConfig:
             c.shutdown_drain_s = float(t)
         _write_admission(c, extra)
         c.cluster = _cluster(extra)
+        if extra.get("profile") is not None:
+            c.profile = _profile(extra["profile"])
         return c
 
     def member_paths(self, model_id: str, rank: int, tp_size: int) -> list:
@@ -154,6 +157,20 @@ class TuttiConfig:
         from ..tp.shard import rank_paths
         return rank_paths(self.path or [os.path.join(DEFAULT_DIR, _safe_name(model_id) + ".tutti")],
                           rank, tp_size)
+
+
+def _profile(value):
+    """A profile table (``tutti-admin profile``), read and checked now: a bad one fails the engine's
+    start in one line, not the first request.  That it fits the served model is checked by the
+    scheduler side, which knows the model."""
+    from ..errors import ProfileError
+    from ..sched.profile import ComputeProfile
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ConfigError(f"profile: expected the path of a profile table (tutti-admin profile), got {value!r}")
+    try:
+        return ComputeProfile.from_json(value)
+    except ProfileError as e:
+        raise ConfigError(f"profile: {e}") from None
 
 
 def _write_admission(c, extra):

@@ -134,7 +134,8 @@ class SchedulerSide:
         self.planner = None
         if cfg.load_policy == "auto":
             from ..sched.online import LoadPlanner
-            self.planner = LoadPlanner(shape.block_bytes_per_rank(), self.block_size, shape.n_layers)
+            self.planner = LoadPlanner(shape.block_bytes_per_rank(), self.block_size, shape.n_layers,
+                                       prior=_checked_profile(cfg.profile, shape))
         self.step_tokens = {}    # step -> tokens it computed, until rank 0 reports its time
         self.admission = self._make_admission(cfg)  # None: no write budget (everything offered)
         self.cluster = None      # blocks peers hold (cluster_* keys: vllm/cluster.py)
@@ -497,3 +498,19 @@ class SchedulerSide:
             self.cluster.close()
         for r in self.ranks:
             r.close()
+
+
+def _checked_profile(profile, shape):
+    """The profile table, if it was measured for this model's layers (a table of another model would
+    price every request wrongly: refused in one line)."""
+    if profile is None:
+        return None
+    from ..errors import ConfigError
+    p = profile.shape
+    mine = (shape.n_layers, shape.kv_heads, shape.head_dim)
+    theirs = (p.n_layers, max(1, p.n_kv_heads // max(shape.tp_size, 1)), p.head_dim)  # KV heads per TP rank
+    if mine != theirs:
+        raise ConfigError(f"profile: measured for a model of {p.n_layers} layers, {p.n_kv_heads} KV heads of "
+                          f"{p.head_dim}; this one has {shape.n_layers} layers, {shape.kv_heads} KV heads of "
+                          f"{shape.head_dim} per rank (TP {shape.tp_size}): profile it with tutti-admin profile")
+    return profile
