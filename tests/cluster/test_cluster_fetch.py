@@ -104,3 +104,20 @@ def test_owner_killed_mid_fetch_gives_misses_and_its_entries_go_away(nodes):
     while b.cmd("prefix", seeds=[601]) != 0:
         assert time.monotonic() < deadline, "a dead node's entries stayed in the index"
         time.sleep(0.5)
+
+
+def test_fetched_blocks_are_kept_in_chunks_of_one_commit_each(nodes):
+    """fetch_into_store (the connector's path): verified blocks are written to the requester's own store
+    with one transaction per chunk (not a commit per block), read back exact; a block no peer has is not."""
+    a, b = nodes("a"), nodes("b")
+    seeds = list(range(7000, 7010))
+    assert a.cmd("put", seeds=seeds + [7100]) == len(seeds) + 1
+    before = b.cmd("replicate", seeds=[])["flushes"]
+    one = b.cmd("replicate", seeds=[7100])                                # one block: one commit's flushes
+    assert one["exact"] == [True]
+    per_commit = one["flushes"] - before
+    assert per_commit >= 1
+    got = b.cmd("replicate", seeds=seeds + [7999], chunk_bytes=4 * b.block_bytes)   # 11 keys: 4, 4, 3
+    assert got["ok"] == [True] * len(seeds) + [False]
+    assert got["exact"] == [True] * len(seeds) + [False]
+    assert got["flushes"] - one["flushes"] == 3 * per_commit, (per_commit, got["flushes"] - one["flushes"])

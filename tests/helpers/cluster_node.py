@@ -52,6 +52,15 @@ def main():
                 ok = node.fetch(keys, bufs)
                 out = {"ok": ok, "exact": [good and bytes(b) == block(s, bb)
                                            for good, b, s in zip(ok, bufs, cmd["seeds"])]}
+            elif op == "replicate":  # fetch_into_store: kept here, read back from this store
+                if "chunk_bytes" in cmd:
+                    node.REPLICA_CHUNK_BYTES = cmd["chunk_bytes"]
+                keys = [key(s, cmd.get("model", model)) for s in cmd["seeds"]]
+                ok = node.fetch_into_store(keys)
+                with node.store_lock:
+                    out = {"ok": ok, "exact": [good and key_ in store and store.get(key_) == block(s, bb)
+                                               for good, key_, s in zip(ok, keys, cmd["seeds"])],
+                           "flushes": store.stats()["engine"]["flushes"]}
             elif op == "prefix":
                 out = node.lookup_prefix([key(s, cmd.get("model", model)) for s in cmd["seeds"]])
             elif op == "withdraw":

@@ -13,8 +13,10 @@ the same Store elsewhere (the connector) must hold that lock too (ClusterNode.st
 from __future__ import annotations
 
 import collections
+import ctypes
 import itertools
 import logging
+import mmap
 import threading
 
 from .bounded import CallTimeout
@@ -22,7 +24,7 @@ from .config import ClusterConfig
 from .errors import ClusterError
 from .index import ClusterIndex
 from .link import Link
-from .transfer import Transfers
+from .transfer import Transfers, contiguous_memmap
 
 log = logging.getLogger("tutti.cluster")
 
@@ -87,16 +89,57 @@ class ClusterNode:
                 result[i] = ok
         return result
 
+    # A replica is written in chunks of at most this many bytes: one write transaction (one commit)
+    # per chunk instead of a put (a commit) per block, which cost 6x as much (256 blocks of 128 KiB on
+    # the test VM's disk: 0.20 s as puts, 0.034 s as one transaction), with the buffer bounded.
+    REPLICA_CHUNK_BYTES = 256 << 20
+
     def fetch_into_store(self, keys) -> list:
-        """Fetch blocks and keep a local replica of each verified one (then publish it too)."""
-        bufs = [bytearray(self.store.block_bytes) for _ in keys]
-        ok = self.fetch(keys, bufs)
-        with self.store_lock:
-            for k, b, good in zip(keys, bufs, ok):
-                if good:
-                    self.store.put(k, b)
+        """Fetch blocks and keep a local replica of each verified one (then publish it too); per key True
+        only if its block was verified and is now in this store."""
+        keys = list(keys)
+        bb = self.store.block_bytes
+        per = max(1, self.REPLICA_CHUNK_BYTES // bb)
+        ok: list = []
+        for c in range(0, len(keys), per):
+            ok += self._fetch_chunk(keys[c:c + per])
         self.publish([k for k, good in zip(keys, ok) if good])
         return ok
+
+    def _fetch_chunk(self, keys) -> list:
+        bb, n = self.store.block_bytes, len(keys)
+        buf = mmap.mmap(-1, n * bb)  # blocks back to back: the layout a contiguous memmap describes
+        try:
+            views = [memoryview(buf)[i * bb:(i + 1) * bb] for i in range(n)]
+            ok = self.fetch(keys, views)
+            for v in views:
+                v.release()
+            good = [i for i in range(n) if ok[i]]
+            if not good:
+                return ok
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+            ffi = self.store._owned.binding.ffi
+            mm, keep = contiguous_memmap(ffi, addr, self.store.geometry, n)
+            with self.store_lock:
+                try:
+                    with self.store.write([keys[i] for i in good]) as txn:
+                        for layer in range(self.store.geometry.n_layers):
+                            txn.layer(layer, mm, good)
+                        status = txn.finish()
+                except OSError as e:  # the local store could not take them: recomputed, not a hit
+                    log.info("tutti cluster: keeping %d fetched blocks failed: %s", len(good), e)
+                    status = [-1] * len(good)
+            del keep, mm
+            for i, st in zip(good, status):
+                if st != 0:
+                    ok[i] = False
+                    self.stats["replica_failures"] += 1
+            return ok
+        finally:
+            try:
+                buf.close()
+            except BufferError:  # a view still held somewhere: the mapping goes with it
+                pass
 
     def publish(self, keys) -> int:
         """Tell the cluster this store holds connector ``keys`` (after they committed); descriptors of
