@@ -26,14 +26,13 @@ import datetime
 import json
 import os
 import platform
-import shlex
 import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from tutti.bench import cpu_model, replace_section, serve, workload
+from tutti.bench import cpu_model, replace_section, serve, shown_command, workload
 from tutti.cluster.local_master import LocalMaster, free_port_pair
 from tutti.errors import ClusterError
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
@@ -262,15 +261,7 @@ def main(argv=None):
     finally:
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    shown, skip = [], False  # the command without the options that only say where files go
-    for a in argv:
-        if skip:
-            skip = False
-        elif a in OUTPUT_OPTIONS:
-            skip = True
-        elif not a.startswith(tuple(o + "=" for o in OUTPUT_OPTIONS)):
-            shown.append(a)
-    meta = {"command": " ".join([".venv/bin/python benchmarks/cluster_serving.py"] + [shlex.quote(a) for a in shown]),
+    meta = {"command": shown_command(".venv/bin/python benchmarks/cluster_serving.py", argv, OUTPUT_OPTIONS),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}, "
                        f"vLLM {vllm.__version__} (CPU build)", "loadavg": os.getloadavg()[0],

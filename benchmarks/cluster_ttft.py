@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import select
-import shlex
 import shutil
 import signal
 import statistics
@@ -35,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tutti.bench import cpu_model, replace_section
+from tutti.bench import cpu_model, replace_section, shown_command
 from tutti.cluster.local_master import LocalMaster, free_port, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
@@ -204,11 +203,10 @@ def main(argv=None):
     data.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 machine=f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}, "
                         f"vLLM {vllm.__version__} (CPU build)", loadavg=os.getloadavg()[0], section=args.section)
-    cmd = ".venv/bin/python benchmarks/cluster_ttft.py " + " ".join(
-        map(shlex.quote, sys.argv[1:] if argv is None else argv))
+    cmd = shown_command(".venv/bin/python benchmarks/cluster_ttft.py", sys.argv[1:] if argv is None else argv)
     with open(args.json, "w") as f:
         json.dump({k: v for k, v in data.items()}, f, indent=1)
-    text = render(data, cmd.strip())
+    text = render(data, cmd)
     print(text)
     replace_section(args.output, args.section, text)
     return 0

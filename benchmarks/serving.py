@@ -32,7 +32,6 @@ import datetime
 import json
 import os
 import platform
-import shlex
 import shutil
 import statistics
 import sys
@@ -40,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 from tutti.bench import cpu_model, replace_section, serve, workload
+from tutti.bench import shown_command as report_command
 from tutti.bench.serving_report import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -275,20 +275,9 @@ def compare_outputs(records, ref_name="none"):
     return out
 
 
-OUTPUT_OPTIONS = ("--workdir", "--json", "--output", "--section", "--render")
-
-
 def shown_command(argv):
     """The command line without the options that only say where files go (same measurement)."""
-    out, skip = [], False
-    for a in argv:
-        if skip:
-            skip = False
-        elif a in OUTPUT_OPTIONS:
-            skip = True
-        elif not a.startswith(tuple(o + "=" for o in OUTPUT_OPTIONS)):
-            out.append(a)
-    return " ".join(["python benchmarks/serving.py"] + [shlex.quote(a) for a in out])
+    return report_command("python benchmarks/serving.py", argv)
 
 
 def prompts_by_key(meta, model_config):

@@ -231,3 +231,10 @@ def test_router_sends_the_ith_arrival_to_server_i_mod_n():
     assert [r["key"] for r in res] == ["r0", "r1", "r2", "r3"]
     assert {r["key"]: (r["server"], r["ids"]) for r in res} == {
         "r2": (0, [100]), "r0": (1, [200]), "r3": (0, [100]), "r1": (1, [200])}
+
+
+def test_shown_command_leaves_out_where_files_go():
+    from tutti.bench import shown_command
+
+    argv = ["--quick", "--output", "/tmp/x.md", "--json=/tmp/x.json", "--rates", "1,2", "--workdir", "/w", "a b"]
+    assert shown_command("python benchmarks/x.py", argv) == "python benchmarks/x.py --quick --rates 1,2 'a b'"

@@ -49,6 +49,7 @@ from .report import (
     ratio_rows,
     replace_section,
     result_rows,
+    shown_command,
     sweep_rows,
     write_markdown,
 )
@@ -59,6 +60,6 @@ __all__ = [
     "is_block_device", "member_bytes", "room_for",
     "FIO_CONFIGS", "fio_available", "fio_command", "parse_fio_json", "pick_fio_config", "run_fio",
     "cpu_model", "describe_path", "machine_info", "replace_section",
-    "SECTION_TITLE", "markdown_section", "ratio_rows", "result_rows", "sweep_rows", "write_markdown",
+    "SECTION_TITLE", "markdown_section", "ratio_rows", "result_rows", "shown_command", "sweep_rows", "write_markdown",
     "TARGETS", "BenchConfig", "run_bench",
 ]

@@ -129,3 +129,23 @@ def replace_section(path: str | os.PathLike, title: str, section: str) -> None:
 def write_markdown(path: str | os.PathLike, res: dict, title: str = SECTION_TITLE) -> None:
     """Write the store benchmark's results as the section ``## title`` of ``path``."""
     replace_section(path, title, markdown_section(res, title))
+
+
+OUTPUT_OPTIONS = ("--workdir", "--json", "--output", "--section", "--render")
+
+
+def shown_command(program: str, argv: Sequence[str], output_options: Sequence[str] = OUTPUT_OPTIONS) -> str:
+    """``program`` and ``argv`` as a shell line, without the options that only say where files go (the
+    same measurement written elsewhere is the same command)."""
+    import shlex
+
+    out, skip = [], False
+    opts = tuple(output_options)
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in opts:
+            skip = True
+        elif not a.startswith(tuple(o + "=" for o in opts)):
+            out.append(a)
+    return " ".join([program] + [shlex.quote(a) for a in out])
