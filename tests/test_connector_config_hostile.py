@@ -7,8 +7,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
-from tutti.errors import ConfigError  # noqa: E402
-from tutti.vllm.config import TuttiConfig  # noqa: E402
+from tutti.errors import ConfigError
+from tutti.vllm.config import TuttiConfig
 
 HOSTILE = ([1], {"a": 1}, None, -1, 1e99, "", " ", "x" * 10000, True, math.nan, math.inf, -math.inf,
            [None], ["a", 3], b"x", object(), 0, 70000, 1.5)

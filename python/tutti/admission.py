@@ -34,7 +34,7 @@ def parse_budget(text: str | int | float, capacity_bytes: int | None = None) -> 
     """A write budget in bytes per day: ``"200GB/day"``, ``"1.5TiB"`` (per day), ``"0.3dwpd"`` (drive writes
     per day of ``capacity_bytes``), ``"10GB/h"``, or a number of bytes per day.  Raises ValueError with the
     reason."""
-    from .cli.common import parse_size  # noqa: PLC0415
+    from .cli.common import parse_size
 
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         if not 0 < text < float("inf"):  # NaN too

@@ -140,8 +140,8 @@ def render(samples: list[tuple[str, dict, float | int]], notes: Sequence[str] = 
 
 def member_drives(paths: list[str]) -> dict[str, str]:
     """PCI address of the NVMe controller under each member that has one (file or device)."""
-    from .doctor import Machine  # noqa: PLC0415
-    from .doctor.storage import _device_under  # noqa: PLC0415
+    from .doctor import Machine
+    from .doctor.storage import _device_under
 
     m = Machine(uring_setup=lambda: 0)  # only its roots are used
     out = {}
@@ -159,8 +159,8 @@ def store_text(info: dict, smart: bool = True) -> str:
     """The whole textfile for one store: its state and, where readable, its drives' SMART."""
     samples, notes = store_samples(info), written_notes(info)
     if smart:
-        from .devices import DeviceError, smart_log  # noqa: PLC0415
-        from .smart import parse_smart_log  # noqa: PLC0415
+        from .devices import DeviceError, smart_log
+        from .smart import parse_smart_log
 
         for bdf in sorted(set(member_drives(info["paths"]).values())):
             try:

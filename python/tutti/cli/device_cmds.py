@@ -258,7 +258,7 @@ def _store_written(paths) -> dict:
     """The store's identity and bytes-written counts (Store.written()), with its write rate."""
     import time
 
-    from ..endurance import store_rate  # noqa: PLC0415
+    from ..endurance import store_rate
 
     with _open(paths, "health", readonly=True, shared=True) as s:
         w = s.written()
@@ -273,7 +273,7 @@ def _health_of_store(store: dict, rated_tbw, dwpd, warranty_years, as_json) -> N
 
     from rich.table import Table
 
-    from ..endurance import rated_bytes, store_projection  # noqa: PLC0415
+    from ..endurance import rated_bytes, store_projection
 
     try:
         rated = rated_bytes(rated_tbw, dwpd, None, warranty_years)
@@ -321,7 +321,7 @@ def store_rows(store: dict) -> list:
 
 
 def _endurance(d: dict, ctl: dict, rated_tbw, dwpd, warranty_years) -> dict:
-    from ..endurance import projection, rated_bytes  # noqa: PLC0415
+    from ..endurance import projection, rated_bytes
 
     capacity = sum(ns["size_bytes"] or 0 for ns in ctl["namespaces"]) or None
     try:

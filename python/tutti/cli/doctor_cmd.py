@@ -23,7 +23,7 @@ class StorePlace(_PathType):
     name = "PATH"
 
     def problem(self, path):
-        from . import paths  # noqa: PLC0415
+        from . import paths
 
         if os.path.isdir(path):
             return None
@@ -55,7 +55,7 @@ def doctor_cmd(paths, as_json, sysfs_root, procfs_root, dev_root, etc_root):
     O_DIRECT and the device under them are checked too.  Exit 0: ready; 1: degraded (Tutti runs, some
     path is missing or slower); 3: unusable (the store cannot run here as asked).
     """
-    from .. import doctor  # noqa: PLC0415
+    from .. import doctor
 
     m = doctor.Machine(sysfs=sysfs_root, procfs=procfs_root, dev=dev_root, etc=etc_root)
     checks = doctor.run(m, tuple(paths))

@@ -163,7 +163,7 @@ def info_cmd(paths, as_json, prometheus, **model):
     with _open(paths, "info", readonly=True, expect=fp) as s:
         info = _store_summary(s)
     if prometheus:
-        from ..metrics import store_text  # noqa: PLC0415
+        from ..metrics import store_text
 
         click.echo(store_text(info), nl=False)
         return

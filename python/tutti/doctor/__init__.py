@@ -66,7 +66,7 @@ class Machine:
     uname: Callable[[], str] = None  # type: ignore[assignment]  # kernel release
 
     def __post_init__(self):
-        from . import live  # noqa: PLC0415
+        from . import live
 
         for name in ("uring_setup", "odirect", "id_ctrl", "cuda", "green", "cufile_lib", "libtutti",
                      "version_of", "uname"):
@@ -101,7 +101,7 @@ def verdict(checks: list[Check]) -> str:
 
 def run(machine: Machine | None = None, paths: tuple[str, ...] = ()) -> list[Check]:
     """Every check, in report order: the host, the store's paths and devices, the GPU, vLLM."""
-    from . import gpu, host, storage  # noqa: PLC0415
+    from . import gpu, host, storage
 
     m = machine or Machine()
     checks = host.checks(m)

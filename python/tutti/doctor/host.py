@@ -52,7 +52,7 @@ def module_loaded(m: Machine, name: str) -> bool:
 
 
 def nvme_controllers(m: Machine) -> list[str]:
-    from ..devices import Sysfs  # noqa: PLC0415
+    from ..devices import Sysfs
     from ..devices import nvme_controllers as found
 
     return found(Sysfs(m.sysfs, m.dev))

@@ -106,15 +106,15 @@ def id_ctrl(driver: str, node: str) -> dict | None:
     controller seen so far); tutti: the module's INFO ioctl, which reports MDTS in bytes.
     """
     if driver == "tutti":
-        from ..devices import _kinfo  # noqa: PLC0415
+        from ..devices import _kinfo
 
         info = _kinfo(node)
         return None if info is None else {"mdts_bytes": info["mdts_bytes"], "sgls": info["sgls"], "nn": info["nn"]}
     if driver != "nvme":
         return None
-    import fcntl  # noqa: PLC0415
+    import fcntl
 
-    from ..smart import NVME_IOCTL_ADMIN_CMD, pack_admin_cmd  # noqa: PLC0415
+    from ..smart import NVME_IOCTL_ADMIN_CMD, pack_admin_cmd
 
     buf = ctypes.create_string_buffer(4096)
     cmd = pack_admin_cmd(0x06, 0, ctypes.addressof(buf), 4096, 1)
@@ -134,7 +134,7 @@ def id_ctrl(driver: str, node: str) -> dict | None:
 
 
 def cuda() -> dict:
-    from ..cli.gpu_cmd import _cuda  # noqa: PLC0415
+    from ..cli.gpu_cmd import _cuda
 
     return _cuda()
 
@@ -142,7 +142,7 @@ def cuda() -> dict:
 def green() -> dict:
     """Green contexts: cuda-bindings present and its driver module has cuGreenCtxCreate."""
     try:
-        from cuda.bindings import driver  # noqa: PLC0415
+        from cuda.bindings import driver
     except ImportError:
         return {"ok": False, "detail": "cuda-bindings is not installed"}
     if not hasattr(driver, "cuGreenCtxCreate"):
@@ -151,21 +151,21 @@ def green() -> dict:
 
 
 def cufile_lib() -> dict:
-    from ..cli.gpu_cmd import _cufile  # noqa: PLC0415
+    from ..cli.gpu_cmd import _cufile
 
     return _cufile()
 
 
 def libtutti() -> str | None:
     try:
-        from .. import _tutti  # noqa: F401,PLC0415
+        from .. import _tutti  # noqa: F401 - imported only to see that the extension loads
     except ImportError as e:
         return str(e)
     return None
 
 
 def version_of(dist: str) -> str | None:
-    from importlib import metadata  # noqa: PLC0415
+    from importlib import metadata
 
     try:
         return metadata.version(dist)

@@ -16,14 +16,14 @@ _ODIRECT_FIX = ("put the store on a file system that takes O_DIRECT (ext4, xfs, 
 
 
 def _sysfs(m: Machine):
-    from ..devices import Sysfs  # noqa: PLC0415
+    from ..devices import Sysfs
 
     return Sysfs(m.sysfs, m.dev)
 
 
 def mounts(m: Machine) -> list[tuple[str, str, str]]:
     """(device, mount point, file system type) of every mount, read by psutil from the machine's procfs."""
-    import psutil  # noqa: PLC0415
+    import psutil
 
     old = psutil.PROCFS_PATH
     psutil.PROCFS_PATH = m.procfs
@@ -52,14 +52,14 @@ def mount_of(path: str, table) -> tuple[str, str, str] | None:
 
 
 def _size(n: int | None) -> str:
-    from ..cli.common import format_size  # noqa: PLC0415
+    from ..cli.common import format_size
 
     return "?" if n is None else format_size(n)
 
 
 def controller_facts(m: Machine, bdf: str, table) -> tuple[str, str, str, dict]:
     """(status, detail, fix, description) of one NVMe controller."""
-    from ..devices import describe_controller, namespace_users  # noqa: PLC0415
+    from ..devices import describe_controller, namespace_users
 
     sysfs = _sysfs(m)
     ctl = describe_controller(bdf, sysfs, probe=False)
@@ -96,7 +96,7 @@ def controller_facts(m: Machine, bdf: str, table) -> tuple[str, str, str, dict]:
 
 
 def check_controllers(m: Machine, table) -> list[Check]:
-    from ..devices import Sysfs, nvme_controllers  # noqa: PLC0415
+    from ..devices import Sysfs, nvme_controllers
 
     bdfs = nvme_controllers(Sysfs(m.sysfs, m.dev))
     if not bdfs:
@@ -111,7 +111,7 @@ def check_controllers(m: Machine, table) -> list[Check]:
 
 def _device_under(m: Machine, path: str) -> tuple[str | None, str | None, bool]:
     """(block or node name, PCI address of its NVMe controller or None, is a raw device) of ``path``."""
-    from ..devices import DeviceError, bdf_of_sysfs_path  # noqa: PLC0415
+    from ..devices import DeviceError, bdf_of_sysfs_path
 
     sysfs = _sysfs(m)
     target = path if os.path.lexists(path) else os.path.dirname(os.path.abspath(path))

@@ -209,7 +209,7 @@ class SavesMixin:
             layer = sv.queued.pop(0)[0]
             try:
                 sv.txn.layer(layer)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - a failed save is a future miss, never a failed step
                 log.warning("tutti: storing layer %d failed; these blocks are not committed: %s",
                             layer, e)
                 continue
@@ -387,7 +387,7 @@ class SavesMixin:
                 status = [0 if ok else -errno.ECANCELED for ok in everywhere]
             else:
                 status = txn.finish()  # layers never submitted: -ENODATA, not committed
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - as above: not committed, a future miss
             log.warning("tutti: committing %d blocks failed: %s", len(keys), e)
             txn.abort()
             sv.data_out = True

@@ -405,7 +405,7 @@ class SchedulerSide:
             return None
         try:
             return mgr.get_block_ids(req_id)[0]
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - vLLM's manager API varies by version; no ids means no hold
             return None
 
     def update_connector_output(self, connector_output):

@@ -225,7 +225,7 @@ class WorkerSide(SavesMixin):
         fids = [b for _, b in found]
         try:
             txn = self.io.read(fslots, fids)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - any failure of a load means recompute, never a crash of the step
             log.error("tutti: read of %d blocks failed to start: %s", len(fids), e)
             self._fail(fids)
             return
@@ -234,7 +234,7 @@ class WorkerSide(SavesMixin):
         self._load = _Load(txn, fids, fslots, self.layout.n_layers, t0, fault)
         try:
             self._submit_upto(min(self.cfg.lookahead_layers, self.layout.n_layers))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - as above: the blocks are recomputed
             log.error("tutti: load failed to start, blocks will be recomputed: %s", e)
             self._abort_load()
 
@@ -264,7 +264,7 @@ class WorkerSide(SavesMixin):
             # Reads first: the next read is due now (the model starts this layer), so it
             # goes before any queued write.
             self._submit_upto(min(layer + 1 + self.cfg.lookahead_layers, ld.n_layers))
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - as above: the blocks are recomputed
             log.error("tutti: load of layer %d failed, blocks will be recomputed: %s", layer, e)
             self._abort_load()
             return
@@ -278,7 +278,7 @@ class WorkerSide(SavesMixin):
         try:
             self._submit_upto_all(ld)
             status = fault_hooks.apply_eio(ld.fault, ld.txn.finish())
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - as above: the blocks are recomputed
             log.error("tutti: load failed, %d blocks will be recomputed: %s", len(ld.block_ids), e)
             ld.txn.abort()
             self._fail(ld.block_ids)
