@@ -9,8 +9,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 pytest.importorskip("torch")
 
-from test_worker_deferred import Driver, Kernels, block_bytes, stored  # noqa: E402
-from test_worker_write_policy import (  # noqa: E402
+from test_worker_deferred import Driver, Kernels, block_bytes, stored
+from test_worker_write_policy import (
     LOAD_IDS,
     NEW_IDS,
     PREFIX_IDS,
@@ -19,9 +19,9 @@ from test_worker_write_policy import (  # noqa: E402
     make_worker,
     reference,
 )
-from tutti.vllm.config import TuttiConfig  # noqa: E402
-from tutti.vllm.drain import START, DrainBudget  # noqa: E402
-from tutti.vllm.metadata import BlockTransfer  # noqa: E402
+from tutti.vllm.config import TuttiConfig
+from tutti.vllm.drain import START, DrainBudget
+from tutti.vllm.metadata import BlockTransfer
 
 
 def test_a_held_up_load_halves_the_budget_once_a_step():

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_worker_write_policy import (  # noqa: E402
+from test_worker_write_policy import (
     LOAD_IDS,
     N_LAYERS,
     NEW_IDS,
@@ -23,8 +23,8 @@ from test_worker_write_policy import (  # noqa: E402
     make_worker,
     reference,
 )
-from tutti import Store  # noqa: E402
-from tutti.vllm.metadata import BlockTransfer, TuttiMetadata  # noqa: E402
+from tutti import Store
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
 
 BLOCK_BYTES = reference(1)[:, 0].numel() * 2   # one block, every layer (int16)
 LAYER_BYTES = N * BLOCK_BYTES // N_LAYERS        # one layer of a 4-block save
