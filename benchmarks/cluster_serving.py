@@ -57,6 +57,7 @@ def parse_args(argv=None):
     ap.add_argument("--rate-multiples", default=None,
                     help="rates as multiples of 1 / (cold TTFT p50 of the independent nodes) (default 0.5,1,2)")
     ap.add_argument("--max-tokens", type=int, default=2)
+    ap.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, from {', '.join(CONFIGS)}")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="default: a temporary directory on /var/tmp (removed)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "cluster_serving_cpu.json"))
@@ -72,6 +73,9 @@ def parse_args(argv=None):
         ap.error(f"--rate-multiples: not a list of numbers: {a.rate_multiples!r}")
     if not a.multiples or not all(0 < m <= 100 for m in a.multiples):
         ap.error("--rate-multiples: each > 0 and <= 100")
+    a.configs = [c for c in a.configs.split(",") if c]
+    if not a.configs or any(c not in CONFIGS for c in a.configs):
+        ap.error(f"--configs: a comma-separated list from {', '.join(CONFIGS)}")
     for name in ("docs", "questions", "doc_tokens", "question_tokens", "cold", "max_tokens"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1")
@@ -79,6 +83,18 @@ def parse_args(argv=None):
         ap.error("--doc-tokens: at most 65536")
     return a
 
+
+
+def bind(node):
+    """Each node's vLLM compute threads on cores of their own (two machines' worth on one): vLLM on CPU
+    binds its OpenMP threads to every core by default, and two servers doing so spin against each other
+    and starve everything else (the first run here: Mooncake's transfer threads, so cross-node fetches
+    stalled until their timeouts)."""
+    cores = os.cpu_count() or 1
+    if cores < NODES:
+        return {}
+    per = cores // NODES
+    return {"VLLM_CPU_OMP_THREADS_BIND": f"{node * per}-{node * per + per - 1}" if per > 1 else str(node * per)}
 
 
 def start_servers(name, ctx, work, master):
@@ -89,13 +105,13 @@ def start_servers(name, ctx, work, master):
         stats.append(os.path.join(d, "stats"))
         os.makedirs(stats[-1], exist_ok=True)
         extra = {"path": os.path.join(d, "kv.img"), "capacity": f"{ctx['capacity'] >> 20}MiB"}
-        if master is not None:
+        if master is not None:  # the cluster's default timeouts (a fetch batch: 10 s)
             extra.update(cluster_master=master.address, cluster_metadata=master.metadata,
-                         cluster_port=free_port_pair(SCHEDULER_PORT_OFFSET), cluster_fetch_timeout_s=30)
+                         cluster_port=free_port_pair(SCHEDULER_PORT_OFFSET))
         kv = {"kv_connector": "TuttiConnector", "kv_connector_module_path": "tutti.vllm", "kv_role": "kv_both",
               "kv_connector_extra_config": extra}
         servers.append(serve.Server(model=ctx["model"], log_path=os.path.join(d, "server.log"),
-                                    env=serve.server_env(d, {"TUTTI_VLLM_STATS_DIR": stats[-1]}),
+                                    env=serve.server_env(d, {"TUTTI_VLLM_STATS_DIR": stats[-1], **bind(n)}),
                                     kv_transfer_config=kv, block_size=BLOCK, max_model_len=ctx["max_model_len"],
                                     kv_cache_bytes=ctx["kv_cache_bytes"],
                                     extra_args=["--max-num-batched-tokens", str(ctx["max_batched"])]))
@@ -255,7 +271,7 @@ def main(argv=None):
     tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-cluster-serving-", dir="/var/tmp")
     try:
         ctx = build_context(args, tmp)
-        records = [run_config(name, ctx, os.path.join(tmp, name)) for name in CONFIGS]
+        records = [run_config(name, ctx, os.path.join(tmp, name)) for name in args.configs]
     except ClusterError as e:
         raise SystemExit(f"cluster_serving: {e}") from None
     finally:
