@@ -186,16 +186,16 @@ async def _drive(url, requests, max_tokens, timeout_s):
         urls = [url] if isinstance(url, str) else list(url)
         # A round-robin router: the i-th request to arrive goes to server i mod n.
         order = sorted(range(len(requests)), key=lambda i: requests[i].at_s)
-        target = {i: urls[n % len(urls)] for n, i in enumerate(order)}
+        server = {i: n % len(urls) for n, i in enumerate(order)}
 
         async def one(i, req):
             delay = t0 + req.at_s - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             sent = time.perf_counter() - t0
-            res = await stream_completion(session, target[i], req.prompt, max_tokens, timeout_s)
+            res = await stream_completion(session, urls[server[i]], req.prompt, max_tokens, timeout_s)
             return dict(res, key=req.key, doc=req.doc, question=req.question,
-                        scheduled_s=req.at_s, sent_s=sent, server=urls.index(target[i]))
+                        scheduled_s=req.at_s, sent_s=sent, server=server[i])
 
         return await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
 

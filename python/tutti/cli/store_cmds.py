@@ -335,12 +335,7 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     cfg = bench.BenchConfig(paths=members, prefix_tokens=prefix_tokens, runs=runs, size=size, fp=fp,
                             fio=not no_fio, sweep=sweep_counts, engine=engine, seed=seed, force=force,
                             command=command)
-    try:
-        res = bench.run_bench(cfg, log=log)
-    except bench.BenchError as e:
-        raise CliError(f"bench: {e}", e.code) from None
-    except OSError as e:
-        raise _store_error(e, "bench") from None
+    res = _run_bench(bench.run_bench, cfg, log)
     if output:
         bench.write_markdown(output, res, section or bench.SECTION_TITLE)
     if as_json:
@@ -351,6 +346,18 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
             make_console().print(f"results written to {output}")
 
 
+def _run_bench(run, cfg, log):
+    """One benchmark run; its failures as the command's one-line errors."""
+    from .. import bench
+
+    try:
+        return run(cfg, log=log)
+    except bench.BenchError as e:
+        raise CliError(f"bench: {e}", e.code) from None
+    except OSError as e:
+        raise _store_error(e, "bench") from None
+
+
 def _bench_compare(path, prefix_tokens, runs, fp, engine, no_fio, seed, force, lmcache_python, output, section,
                    command, log, as_json) -> None:
     """bench --compare lmcache: Tutti beside LMCache's disk engines (tutti.bench.lmcache_compare)."""
@@ -359,12 +366,7 @@ def _bench_compare(path, prefix_tokens, runs, fp, engine, no_fio, seed, force, l
 
     cfg = lc.CompareConfig(path=path, prefix_tokens=prefix_tokens, runs=runs, fp=fp, engine=engine, fio=not no_fio,
                            seed=seed, force=force, lmcache_python=lmcache_python, command=command)
-    try:
-        res = lc.run_compare(cfg, log=log)
-    except bench.BenchError as e:
-        raise CliError(f"bench: {e}", e.code) from None
-    except OSError as e:
-        raise _store_error(e, "bench") from None
+    res = _run_bench(lc.run_compare, cfg, log)
     if output:
         bench.replace_section(output, section or lc.COMPARE_TITLE,
                               lc.markdown_section([res], command, section or lc.COMPARE_TITLE))
