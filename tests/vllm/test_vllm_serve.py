@@ -5,7 +5,6 @@ the scheduler-side connector, worker with the worker-side connector).  TTFT is
 measured as a client sees it: from sending the request to the first streamed token.
 The server and the client are benchmarks/serving.py's (tutti.bench.serve).
 """
-import json
 import os
 import shutil
 
@@ -13,6 +12,7 @@ import pytest
 
 from tutti.bench import serve
 from tutti.bench.workload import Request
+from tutti.vllm.runner import _stats_totals
 from vllm_engine import BLOCK, engine_env
 
 
@@ -40,10 +40,7 @@ def test_serve_streams_from_stored_prefix(vtmp, model, warm_store, baseline, pro
     assert res["error"] is None, res["error"]
     assert ids == baseline[0]
     assert ttft is not None and 0 < ttft <= total
-    loaded = 0
-    for name in os.listdir(stats_dir):
-        if name.startswith("worker"):
-            with open(os.path.join(stats_dir, name)) as f:
-                loaded += json.load(f).get("load_blocks", 0)
+    # The runner's reader: *.json only (a worker stopped mid-dump leaves its .tmp behind, empty).
+    loaded = sum(v.get("load_blocks", 0) for role, v in _stats_totals(stats_dir).items() if role.startswith("worker"))
     assert loaded * BLOCK >= len(prompts[0]) - BLOCK
     print(f"client-side TTFT with the prefix loaded from the store: {ttft * 1e3:.1f} ms")
