@@ -297,6 +297,21 @@ static void run(const struct cfg *c)
 			ret |= tt_txn_wait_layer(t, l);
 		tap_eq(ret, 0, "[%s] write: every layer submitted and done", name);
 		tap_eq(tt_txn_finish(t, st.data()), N, "[%s] write: %u blocks committed", name, N);
+		if (c->ops == &tt_devpath_staged && c->expect != X_ANY) {
+			struct tt_file_path_stats ws;
+			int want = c->expect == X_FS ? (in_ram(dir.c_str()) ? X_MAPPED : X_PREAD)
+						     : c->expect;
+
+			tt_file_path_get_stats(path, &ws, 1);
+			if (want == X_MAPPED)
+				tap_ok(ws.runs && ws.mapped_runs == ws.runs, "[%s] every write run "
+				       "went by DMA into the mapping (%llu of %llu)", name,
+				       (unsigned long long)ws.mapped_runs,
+				       (unsigned long long)ws.runs);
+			else
+				tap_ok(ws.runs && ws.mapped_runs == 0, "[%s] written with pwrite "
+				       "(%llu mapped runs)", name, (unsigned long long)ws.mapped_runs);
+		}
 		for (uint32_t i = 0; i < N; i++) {
 			std::vector<char> got((size_t)LAYERS * 2 * SPAN);
 
@@ -439,7 +454,7 @@ static const struct cfg cfgs[] = {
 	  X_PREAD, "mapping off", 0 },
 	{ STAGED, 2, 3, 64 << 10, 2, 0, TT_FILE_MAP_OFF, nullptr,
 	  X_PREAD, "mapping off", 0 },
-	// /dev/shm: mapped (at the first read; ahead), and the fallbacks.
+	// /dev/shm: mapped (at the first transaction; ahead), and the fallbacks.
 	{ STAGED, 1, 0, 0, 0, 1, TT_FILE_MAP_AUTO, nullptr,
 	  X_MAPPED, nullptr, 0 },
 	{ STAGED, 2, 3, 64 << 10, 2, 1, TT_FILE_MAP_AUTO, nullptr,

@@ -91,7 +91,8 @@ struct tt_file_path_params {
  * a share of the wall time), since the path was opened or last reset.
  * @runs: runs moved (reads and writes)
  * @bytes: their bytes
- * @mapped_runs: read runs copied straight from a registered mapping
+ * @mapped_runs: runs copied straight from (reads) or into (writes, RAM-backed
+ *	files) a registered mapping
  * @get_s: file -> chunk (pread, cuFileRead); mapped runs take none
  * @put_s: chunk -> file (pwrite, cuFileWrite)
  * @chunk_wait_s: waiting for a chunk's previous copy and kernel (GPU side)

@@ -153,7 +153,7 @@ static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_
 		int ret = launch_move(ly, j, c, w->s, 0);
 
 		if (!ret && be->from_dev)
-			ret = be->from_dev(c, j->len, w->s);
+			ret = be->from_dev(ly->t, c, j, w->s);
 		if (!ret && cudaEventRecord(c->ev, w->s) != cudaSuccess)
 			ret = -EIO;
 		fp_count(&w->ns[FP_T_QUEUE], fp_ns() - t0);

@@ -32,6 +32,7 @@ struct fp_chunk {
 	void *host;
 	void *dev;
 	const void *src;	// what to_dev copies: host, or a mapped file's bytes
+	void *dst;		// where from_dev copied: host, or a mapped file's bytes
 	cudaEvent_t ev;		// recorded after the chunk's last copy/kernel
 	int registered;		// with the backend (cuFileBufRegister)
 };
@@ -107,8 +108,10 @@ struct fp_backend {
 	// file -> chunk (synchronous); then chunk -> device on @s, may be NULL
 	int (*get)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j);
 	int (*to_dev)(struct fp_chunk *c, uint32_t len, cudaStream_t s);
-	// device -> chunk on @s, may be NULL; then chunk -> file (synchronous)
-	int (*from_dev)(struct fp_chunk *c, uint32_t len, cudaStream_t s);
+	// device -> chunk (or straight into a mapped file) on @s, may be NULL;
+	// then chunk -> file (synchronous)
+	int (*from_dev)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j,
+			cudaStream_t s);
 	int (*put)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j);
 	// Before the runs are planned (t->fds set), may be NULL: attach
 	// per-member state; returns the largest run, 0: chunk_bytes.

@@ -35,6 +35,11 @@ struct tt_gio {
 	// counter zeroed late resets under a running batch, which then spins
 	// forever.
 	cudaStream_t ctl;
+	// Fault injection for tests (TUTTI_GIO_FAULT_LAUNCH=N at open): the
+	// first N launches fail without running, as a launch the driver refuses
+	// would. Destroying the caller's stream to get one is undefined (it
+	// crashed the test on the H200).
+	unsigned fault_launches;
 };
 
 struct tt_gio_batch {
@@ -181,6 +186,8 @@ extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
 	g->warps = p->warps_per_queue ? p->warps_per_queue : 4;
 	g->caps = p->caps;
 	g->lba_shift = p->lba_shift;
+	if (const char *f = std::getenv("TUTTI_GIO_FAULT_LAUNCH"))
+		g->fault_launches = (unsigned)std::strtoul(f, nullptr, 10);
 	if (g->warps > 31) {
 		tt_gio_close(g);
 		return -EINVAL;
@@ -366,6 +373,10 @@ static int gio_launch(void (*kernel)(struct gio_kargs), struct tt_gio *g, struct
 
 	gio_args(b, &a);
 	a.target = b->target + b->n;
+	if (g->fault_launches) {
+		g->fault_launches--;
+		return gio_cuda_err(cudaErrorLaunchFailure);
+	}
 	rc = gio_cuda_err(tt_launch(kernel, g->nq, threads, (cudaStream_t)stream, a));
 	if (!rc)
 		b->target = a.target;

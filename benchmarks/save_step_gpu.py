@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""What saving costs a cold request on the GPU: TTFT with and without saves, the decode steps that
+follow, and the data path's own save and load rates (issue 13's H200 must-shows).
+
+  save_step_gpu.py [--paths staged,gio] [--tokens 2048,8192,32768] [--requests 3] [--decode-steps 8]
+                   [--dir /dev/shm] [--json OUT] [--quick]
+
+Two parts, per data path, in one process:
+
+rates: a 32768-token prefix of a Llama-3-8B-shaped KV cache (2048 blocks = 4 GiB) written and read
+    by bare transactions of the worker's own data path (every layer submitted, then finished): the
+    first write and the first read after ``register_kv_caches`` (attach), then ``--requests`` warm
+    ones; GB/s of each and the ratios save / load and first / warm.
+steps: a Llama-3-8B-shaped decoder (random bf16 weights, flash attention; tutti.prefill.decoder)
+    prefills cold requests of each length against a vLLM-layout paged KV cache, with the worker
+    side driven as vLLM's model runner drives it (start_load, save_kv_layer after each layer,
+    wait_for_save, the worker metadata), then ``--decode-steps`` one-token decode steps of the same
+    request.  Three variants, each after a warm-up request: no saves; ``save_mode: deferred`` (the
+    default: writes overlap the forward, committed in a later step); ``save_mode: step`` (committed
+    in its own step).  Reported: the median TTFT of each (wall time of the step to its logits) and
+    deferred / none; the decode steps the deferred save took to be committed (it is drained and
+    committed by later steps; at most --max-commit-steps), the median decode step time while it was
+    pending and over --decode-steps steps after, and their ratio.
+
+Every loaded block is compared with what was saved (bit-exact).  Needs a CUDA device (--cpu --tiny: a
+smoke test of the same steps on the host).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+import tutti.gpu  # noqa: F401 - imported before CUDA starts, as the worker's process does
+from tutti.prefill.decoder import LLAMA3_8B_SHAPE, TINY_SHAPE, Decoder
+from tutti.prefill.paged import PagedKVCache
+from tutti.vllm.config import ModelShape, TuttiConfig
+from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
+from tutti.vllm.stats import TuttiStats
+from tutti.vllm.worker import WorkerSide
+
+BS = 16
+
+
+def name(layer: int) -> str:
+    return f"model.layers.{layer}.self_attn.attn"
+
+
+class Rig:
+    """One worker side on one data path over one paged KV cache of ``num_blocks`` blocks."""
+
+    def __init__(self, args, shape, path: str, save_mode: str, num_blocks: int, capacity_blocks: int):
+        self.shape, self.dev = shape, torch.device("cpu" if args.cpu else "cuda")
+        self.cache = PagedKVCache(shape, num_blocks, device=self.dev, dtype=torch.bfloat16)
+        self.block_bytes = shape.n_layers * 2 * BS * shape.n_kv_heads * shape.head_dim * 2
+        obj = -(-BS * shape.n_kv_heads * shape.head_dim * 2 // 4096) * 4096  # on disk: 4 KiB-aligned objects
+        stored = shape.n_layers * 2 * obj
+        self.dir = tempfile.mkdtemp(prefix="save-step-", dir=args.dir)
+        cfg = TuttiConfig.from_extra({
+            "path": os.path.join(self.dir, "kv.img"), "capacity": str(stored * capacity_blocks + (64 << 20)),
+            "data_path": path, "save_mode": save_mode,
+            # Every save of the benchmark is pending at once at most: no drops.
+            "max_pending_bytes": str(self.block_bytes * capacity_blocks)})
+        mshape = ModelShape(model_id="bench/llama-3-8b-shaped", dtype="bfloat16", n_layers=shape.n_layers,
+                            kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, block_size=BS, tp_size=1)
+        self.w = WorkerSide(cfg, mshape, 0, TuttiStats())
+        t0 = time.perf_counter()
+        self.w.register_kv_caches({name(layer): self.cache.kv[layer] for layer in range(shape.n_layers)},
+                                  num_blocks)
+        self.sync()
+        self.attach_s = time.perf_counter() - t0
+        self.step = 0
+
+    def sync(self):
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize()
+
+    def close(self):
+        self.w.close()
+        for f in os.listdir(self.dir):
+            os.unlink(os.path.join(self.dir, f))
+        os.rmdir(self.dir)
+
+    # --- bare transactions: the data path's rates ---------------------------------------------
+
+    def write(self, keys, ids) -> float:
+        self.sync()
+        t0 = time.perf_counter()
+        txn = self.w.io.write(keys, ids)
+        for layer in range(self.shape.n_layers):
+            txn.layer(layer)
+        status = txn.finish()
+        self.sync()
+        dt = time.perf_counter() - t0
+        assert all(s == 0 for s in status), f"write failed: {sorted(set(status))}"
+        return dt
+
+    def read(self, keys, ids) -> float:
+        slots = self.w.store.lookup(keys)
+        assert None not in slots, "a written block is not stored"
+        self.sync()
+        t0 = time.perf_counter()
+        txn = self.w.io.read(slots, ids)
+        for layer in range(self.shape.n_layers):
+            txn.layer(layer)
+        status = txn.finish()
+        self.sync()
+        dt = time.perf_counter() - t0
+        assert status == [0] * len(keys), f"read failed: {sorted(set(status))}"
+        return dt
+
+    # --- steps as vLLM's model runner drives them ---------------------------------------------
+
+    def forward_step(self, model, tokens, table, prefix_len, saves) -> float:
+        """One step: start_load, the layers (save_kv_layer after each), wait_for_save, the worker
+        metadata; wall time to the logits (a cold request's TTFT, a decode step's time)."""
+        self.step += 1
+        meta = TuttiMetadata(saves=saves, step=self.step)
+        w = self.w
+        self.sync()
+        t0 = time.perf_counter()
+        w.start_load(meta)
+        logits = model.prefill(tokens, self.cache, table, prefix_len,
+                               after_layer=lambda layer: w.save_layer(meta, name(layer)))
+        t1 = time.perf_counter()
+        w.finish_save(meta)
+        w.take_worker_meta()
+        t2 = time.perf_counter()
+        logits.float().cpu()  # the first token needs them on the host
+        t3 = time.perf_counter()
+        self.parts = (t1 - t0, t2 - t1, t3 - t2)  # host: forward issued, wait_for_save, to the logits
+        return t3 - t0
+
+    def pending(self) -> int:
+        return len(self.w._fifo)  # the deferred saves not yet committed (a private list: a benchmark)
+
+
+def part_rates(args, shape, path: str) -> dict:
+    n = args.rate_tokens // BS
+    rig = Rig(args, shape, path, "step", 2 * n, 2 * n + 8)  # the set before last is evicted
+    try:
+        g = torch.Generator(device=rig.dev).manual_seed(1)
+        kv = rig.cache.kv
+        kv[:, :, :n] = torch.randn(kv[:, :, :n].shape, generator=g, device=rig.dev,
+                                   dtype=torch.float32).to(kv.dtype)
+        src, dst = list(range(n)), list(range(n, 2 * n))
+        writes, reads, exact = [], [], True
+        for r in range(args.requests + 1):
+            keys = [f"rate{r}-{b}".encode() for b in range(n)]
+            writes.append(rig.write(keys, src))
+            kv[:, :, n:] = 0
+            reads.append(rig.read(keys, dst))
+            exact &= torch.equal(kv[:, :, n:], kv[:, :, :n])
+        total = n * rig.block_bytes
+        warm_w, warm_r = statistics.median(writes[1:]), statistics.median(reads[1:])
+        return {"path": path, "tokens": args.rate_tokens, "bytes": total, "attach_s": rig.attach_s,
+                "write_s": writes, "read_s": reads, "bit_exact": bool(exact),
+                "save_gbps": total / warm_w / 1e9, "load_gbps": total / warm_r / 1e9,
+                "save_over_load": warm_r / warm_w,
+                "first_save_gbps": total / writes[0] / 1e9, "first_load_gbps": total / reads[0] / 1e9,
+                "first_over_warm_save": warm_w / writes[0], "first_over_warm_load": warm_r / reads[0]}
+    finally:
+        rig.close()
+
+
+def part_steps(args, shape, model, path: str, tokens: int) -> dict:
+    nb = tokens // BS
+    # The prompt's blocks, then the decode tokens'.
+    region = nb + -(-(args.decode_steps + args.max_commit_steps) // BS) + 1
+    n_req = args.requests + 1
+    out = {"path": path, "tokens": tokens}
+    dev = "cpu" if args.cpu else "cuda"
+    g = torch.Generator(device=dev).manual_seed(tokens)
+    for variant in ("none", "deferred", "step"):
+        # Room for two requests' blocks: the oldest are evicted (a pending save pins its own).
+        rig = Rig(args, shape, path, "step" if variant == "step" else "deferred", n_req * region, 2 * nb + 8)
+        try:
+            ttft, parts, dec_busy, dec_idle, commit_steps = [], [], [], [], []
+            for r in range(n_req):
+                table = torch.arange(r * region, (r + 1) * region, device=dev, dtype=torch.int32)
+                toks = torch.randint(0, 1024, (tokens,), device=dev, generator=g)
+                keys = [f"{variant}-{r}-{b}".encode() for b in range(nb)]
+                saves = [] if variant == "none" else [BlockTransfer(f"r{r}", keys, list(range(r * region,
+                                                                                              r * region + nb)))]
+                ttft.append(rig.forward_step(model, toks, table, 0, saves))
+                parts.append(rig.parts)
+                # Decode until the deferred save is committed (bounded), then --decode-steps more.
+                i = busy = 0
+                while rig.pending() and busy < args.max_commit_steps:
+                    dt = rig.forward_step(model, toks[-1:], table, tokens + i, [])
+                    i, busy = i + 1, busy + 1
+                    if r:
+                        dec_busy.append(dt)
+                if r and variant != "none":
+                    commit_steps.append(busy)
+                    assert not rig.pending(), f"a deferred save still pending after {busy} decode steps"
+                    assert None not in rig.w.store.lookup(keys), "a save was not committed"
+                for _ in range(args.decode_steps):
+                    dt = rig.forward_step(model, toks[-1:], table, tokens + i, [])
+                    i += 1
+                    if r:
+                        dec_idle.append(dt)
+            s = rig.w.stats.reduce()
+            out[variant] = {"ttft_s": ttft, "ttft_median_s": statistics.median(ttft[1:]), "ttft_parts_s": parts,
+                            "decode_steps_to_commit": commit_steps,
+                            "decode_busy_s": dec_busy, "decode_idle_s": dec_idle,
+                            "stats": {k: v for k, v in s.items() if isinstance(v, (int, float))}}
+        finally:
+            rig.close()
+    none, dfr = out["none"]["ttft_median_s"], out["deferred"]["ttft_median_s"]
+    out["deferred_over_none"] = dfr / none
+    out["step_over_none"] = out["step"]["ttft_median_s"] / none
+    busy, idle = out["deferred"]["decode_busy_s"], out["deferred"]["decode_idle_s"]
+    if busy and idle:
+        out["decode_busy_over_idle"] = statistics.median(busy) / statistics.median(idle)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--paths", default="staged,gio")
+    ap.add_argument("--tokens", default="2048,8192,32768")
+    ap.add_argument("--rate-tokens", type=int, default=32768)
+    ap.add_argument("--requests", type=int, default=3, help="measured requests after one warm-up")
+    ap.add_argument("--decode-steps", type=int, default=8, help="decode steps measured after the commit")
+    ap.add_argument("--max-commit-steps", type=int, default=48,
+                    help="decode steps a deferred save may take to be committed (else the run fails)")
+    ap.add_argument("--dir", default="/dev/shm")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer model, small prompts (a smoke test)")
+    ap.add_argument("--parts", default="rates,steps")
+    ap.add_argument("--cpu", action="store_true", help="KV cache in host memory, data path cpu (a smoke test)")
+    args = ap.parse_args()
+    if args.cpu:
+        args.paths = "cpu"
+    elif not torch.cuda.is_available():
+        raise SystemExit("save_step_gpu.py needs a CUDA device (--cpu: a smoke test on the host)")
+    shape = TINY_SHAPE if args.tiny else LLAMA3_8B_SHAPE
+    res = {"command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "device": "cpu" if args.cpu else torch.cuda.get_device_name(0), "host": platform.node(), "dir": args.dir,
+           "model": shape.name, "rates": [], "steps": []}
+
+    def dump():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+
+    parts = args.parts.split(",")
+    for path in args.paths.split(","):
+        if "rates" in parts:
+            r = part_rates(args, shape, path)
+            res["rates"].append(r)
+            dump()
+            print(f"{path}: save {r['save_gbps']:.2f} GB/s, load {r['load_gbps']:.2f} GB/s "
+                  f"(save/load {r['save_over_load']:.3f}); first after attach ({r['attach_s']:.2f} s): "
+                  f"save {r['first_save_gbps']:.2f} ({r['first_over_warm_save']:.3f} of warm), "
+                  f"load {r['first_load_gbps']:.2f} ({r['first_over_warm_load']:.3f}); "
+                  f"bit-exact {r['bit_exact']}", flush=True)
+    if "steps" in parts:
+        model = Decoder(shape, device="cpu" if args.cpu else "cuda", dtype=torch.bfloat16)
+        for path in args.paths.split(","):
+            for t in (int(x) for x in args.tokens.split(",")):
+                s = part_steps(args, shape, model, path, t)
+                res["steps"].append(s)
+                dump()
+                print(f"{path} {t:6d} tokens: TTFT none {s['none']['ttft_median_s'] * 1e3:8.1f} ms, "
+                      f"deferred {s['deferred']['ttft_median_s'] * 1e3:8.1f} ({s['deferred_over_none']:.3f}x), "
+                      f"step {s['step']['ttft_median_s'] * 1e3:8.1f} ({s['step_over_none']:.3f}x); "
+                      f"decode while committing / after: {s.get('decode_busy_over_idle', float('nan')):.3f} "
+                      f"(committed after {s['deferred']['decode_steps_to_commit']} decode steps)",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
