@@ -13,7 +13,7 @@ No layout is assumed, so a backend that permutes its dimensions still works
 (or is refused with a reason).
 """
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import LayoutError
 
@@ -36,6 +36,9 @@ class KVLayout:
     span_bytes: int
     num_blocks: int
     device: str
+    # The tensors the addresses point into: whoever holds the layout keeps them alive (a caller that
+    # dropped its own references would otherwise leave the store reading and writing freed memory).
+    owners: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def n_layers(self):
@@ -133,7 +136,7 @@ def from_kv_caches(kv_caches: dict, num_blocks: int) -> KVLayout:
                           f"({sorted(span_bytes)}): one store cannot hold them")
     return KVLayout(layer_names=tuple(names), name_to_layer=name_to_layer, layers=tuple(layers),
                     n_spans=n_spans.pop(), span_bytes=span_bytes.pop(), num_blocks=num_blocks,
-                    device=str(device))
+                    device=str(device), owners=tuple(t for _, (_, t) in order))
 
 
 class MemMap:
@@ -142,6 +145,7 @@ class MemMap:
     def __init__(self, layout: KVLayout):
         from .._tutti import ffi
         bases, strides = layout.object_map()
+        self._layout = layout  # and through it the tensors the addresses point into
         self._base = ffi.new("uint64_t[]", bases)
         self._stride = ffi.new("uint64_t[]", strides)
         self.memmap = ffi.new("struct tt_memmap *")
