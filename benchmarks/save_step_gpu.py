@@ -92,31 +92,26 @@ class Rig:
 
     # --- bare transactions: the data path's rates ---------------------------------------------
 
-    def write(self, keys, ids) -> float:
+    def _timed(self, begin, n, what) -> float:
+        """Seconds of one bare transaction of ``n`` blocks: begun, every layer submitted, finished."""
         self.sync()
         t0 = time.perf_counter()
-        txn = self.w.io.write(keys, ids)
+        txn = begin()
         for layer in range(self.shape.n_layers):
             txn.layer(layer)
         status = txn.finish()
         self.sync()
         dt = time.perf_counter() - t0
-        assert all(s == 0 for s in status), f"write failed: {sorted(set(status))}"
+        assert list(status) == [0] * n, f"{what} failed: {sorted(set(status))}"
         return dt
+
+    def write(self, keys, ids) -> float:
+        return self._timed(lambda: self.w.io.write(keys, ids), len(keys), "write")
 
     def read(self, keys, ids) -> float:
         slots = self.w.store.lookup(keys)
         assert None not in slots, "a written block is not stored"
-        self.sync()
-        t0 = time.perf_counter()
-        txn = self.w.io.read(slots, ids)
-        for layer in range(self.shape.n_layers):
-            txn.layer(layer)
-        status = txn.finish()
-        self.sync()
-        dt = time.perf_counter() - t0
-        assert status == [0] * len(keys), f"read failed: {sorted(set(status))}"
-        return dt
+        return self._timed(lambda: self.w.io.read(slots, ids), len(keys), "read")
 
     # --- steps as vLLM's model runner drives them ---------------------------------------------
 

@@ -185,12 +185,20 @@ static void label_of(const struct cfg *c, char *b, size_t n)
 		      c->threads, c->env ? ", " : "", c->env ? c->env : "");
 }
 
+// What the case wants of the staged path's members in @dir: X_FS resolved.
+static int expected_mode(const struct cfg *c, const char *dir)
+{
+	if (c->expect == X_FS)
+		return in_ram(dir) ? X_MAPPED : X_PREAD;
+	return c->expect;
+}
+
 // After a read: how the members were read, against what the case wants.
 static void check_mode(const struct cfg *c, struct tt_file_path *path, const char *name,
 		       const char *dir)
 {
 	struct tt_file_path_stats st;
-	int want = c->expect;
+	int want = expected_mode(c, dir);
 
 	if (c->ops != &tt_devpath_staged || want == X_ANY)
 		return;
@@ -203,8 +211,6 @@ static void check_mode(const struct cfg *c, struct tt_file_path *path, const cha
 	tap_diag("[%s] runs %llu, mapped %llu; thread s: get %.3f wait %.3f queue %.3f idle %.3f",
 		 name, (unsigned long long)st.runs, (unsigned long long)st.mapped_runs, st.get_s,
 		 st.chunk_wait_s, st.queue_s, st.idle_s);
-	if (want == X_FS)
-		want = in_ram(dir) ? X_MAPPED : X_PREAD;
 	if (want == X_MAPPED) {
 		tap_eq(st.n_mapped, c->members, "[%s] every member mapped and registered", name);
 		tap_ok(st.runs && st.mapped_runs == st.runs,
@@ -299,8 +305,7 @@ static void run(const struct cfg *c)
 		tap_eq(tt_txn_finish(t, st.data()), N, "[%s] write: %u blocks committed", name, N);
 		if (c->ops == &tt_devpath_staged && c->expect != X_ANY) {
 			struct tt_file_path_stats ws;
-			int want = c->expect == X_FS ? (in_ram(dir.c_str()) ? X_MAPPED : X_PREAD)
-						     : c->expect;
+			int want = expected_mode(c, dir.c_str());
 
 			tt_file_path_get_stats(path, &ws, 1);
 			if (want == X_MAPPED)

@@ -142,10 +142,10 @@ class Admission:
             chosen = []
             budget = self.tokens
             for s in ranked:
-                if self.policy == "second_hit" and not self.seen_before(s.prefix):
+                seen = self.seen_before(s.prefix)
+                if self.policy == "second_hit" and not seen:
                     continue  # second hit: written only once a later request asked for it again
-                floor = 0.0 if self.seen_before(s.prefix) else self.size * UNSEEN_RESERVE
-                if s.nbytes <= budget - floor:
+                if s.nbytes <= budget - (0.0 if seen else self.size * UNSEEN_RESERVE):
                     chosen.append(s)
                     budget -= s.nbytes
         picked = {id(s) for s in chosen}

@@ -317,14 +317,26 @@ static int staged_pio(int fd, void *buf, uint32_t len, uint64_t off, int write)
 	return 0;
 }
 
-static int staged_get(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j)
+// Run @j's bytes in its member's registered mapping (counted as a mapped
+// run), or NULL: the member is not mapped for this transaction, or the run
+// lies past the size the file had when it was mapped.
+static char *st_run_map(struct fp_txn *t, const struct fp_job *j)
 {
 	struct st_file *f = (struct st_file *)t->fh[j->member];
 
+	if (!f || j->off + j->len > f->size)
+		return nullptr;
+	fp_count(&((struct st_priv *)t->fp->priv)->mapped_runs, 1);
+	return f->map + j->off;
+}
+
+static int staged_get(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j)
+{
+	char *m = st_run_map(t, j);
+
 	// Mapped: nothing to do on the CPU, to_dev copies from the file.
-	if (f && j->off + j->len <= f->size) {
-		c->src = f->map + j->off;
-		fp_count(&((struct st_priv *)t->fp->priv)->mapped_runs, 1);
+	if (m) {
+		c->src = m;
 		return 0;
 	}
 	c->src = c->host;
@@ -346,13 +358,9 @@ static int staged_to_dev(struct fp_chunk *c, uint32_t len, cudaStream_t s)
 static int staged_from_dev(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j,
 			   cudaStream_t s)
 {
-	struct st_file *f = (struct st_file *)t->fh[j->member];
+	char *m = st_run_map(t, j);
 
-	c->dst = c->host;
-	if (f && j->off + j->len <= f->size) {
-		c->dst = f->map + j->off;
-		fp_count(&((struct st_priv *)t->fp->priv)->mapped_runs, 1);
-	}
+	c->dst = m ? m : c->host;
 	return cudaMemcpyAsync(c->dst, c->dev, j->len, cudaMemcpyDeviceToHost, s) ? -EIO : 0;
 }
 

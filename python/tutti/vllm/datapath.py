@@ -75,7 +75,7 @@ class HostIO:
 class DeviceIO:
     """KV cache in GPU memory (or CPU tensors on the "host" path), tutti.gpu.GpuStore."""
 
-    def __init__(self, store, layout, kv_caches, path):
+    def __init__(self, store, layout, path):
         import torch
 
         from ..gpu.store import DeviceKV
@@ -86,7 +86,7 @@ class DeviceIO:
         self.kv = DeviceKV(bases, strides, n_layers=layout.n_layers, n_spans=layout.n_spans,
                            num_blocks=layout.num_blocks, obj_bytes=layout.span_bytes,
                            device=(dev.index or 0) if dev.type == "cuda" else None,
-                           keep=tuple(kv_caches.values()))
+                           keep=layout.owners)
         self.name = f"{layout.device}, data path {path}"
 
     def read(self, slots, ids):
@@ -180,7 +180,7 @@ def _check_geometry(store, paths, layout):
             f"{layout.n_spans} x {layout.span_bytes}: refused")
 
 
-def open_io(cfg, shape, rank, layout, kv_caches, log):
+def open_io(cfg, shape, rank, layout, log):
     """This rank's store (created if allowed; another model's is refused) behind its data path."""
     path = choose(cfg, layout)
     paths = cfg.member_paths(shape.model_id, rank, shape.tp_size)
@@ -215,7 +215,7 @@ def open_io(cfg, shape, rank, layout, kv_caches, log):
             store.attach("host")
         else:
             store.attach(path, device=torch.device(layout.device).index)
-        return DeviceIO(store, layout, kv_caches, path)
+        return DeviceIO(store, layout, path)
     except BaseException:
         store.close()
         raise

@@ -132,7 +132,7 @@ class WorkerSide(SavesMixin):
 
     def register_kv_caches(self, kv_caches, num_blocks):
         self.layout = from_kv_caches(kv_caches, num_blocks)
-        self.io = open_io(self.cfg, self.shape, self.rank, self.layout, kv_caches, log)
+        self.io = open_io(self.cfg, self.shape, self.rank, self.layout, log)
         self.store = self.io.store
         self._set_pending_bound(num_blocks)
         log.info("tutti: rank %d store %s, %s, %d slots", self.rank, self.store.paths,
