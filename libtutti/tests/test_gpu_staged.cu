@@ -193,6 +193,16 @@ static int expected_mode(const struct cfg *c, const char *dir)
 	return c->expect;
 }
 
+// Mapped runs are DMA: a transfer takes 2 of the default threads, all it is given.
+static void check_threads(const struct cfg *c, const struct tt_file_path_stats *st,
+			  const char *name, const char *what)
+{
+	unsigned most = c->threads ? c->threads : std::min(st->n_threads, 2u);
+
+	tap_ok(st->threads_busy >= 1 && st->threads_busy <= most, "[%s] %s by %u of %u "
+	       "threads (at most %u)", name, what, st->threads_busy, st->n_threads, most);
+}
+
 // After a read: how the members were read, against what the case wants.
 static void check_mode(const struct cfg *c, struct tt_file_path *path, const char *name,
 		       const char *dir)
@@ -212,6 +222,7 @@ static void check_mode(const struct cfg *c, struct tt_file_path *path, const cha
 		 name, (unsigned long long)st.runs, (unsigned long long)st.mapped_runs, st.get_s,
 		 st.chunk_wait_s, st.queue_s, st.idle_s);
 	if (want == X_MAPPED) {
+		check_threads(c, &st, name, "read");
 		tap_eq(st.n_mapped, c->members, "[%s] every member mapped and registered", name);
 		tap_ok(st.runs && st.mapped_runs == st.runs,
 		       "[%s] every read run came from the mapping (%llu of %llu)", name,
@@ -308,6 +319,8 @@ static void run(const struct cfg *c)
 			int want = expected_mode(c, dir.c_str());
 
 			tt_file_path_get_stats(path, &ws, 1);
+			if (want == X_MAPPED)
+				check_threads(c, &ws, name, "written");
 			if (want == X_MAPPED)
 				tap_ok(ws.runs && ws.mapped_runs == ws.runs, "[%s] every write run "
 				       "went by DMA into the mapping (%llu of %llu)", name,

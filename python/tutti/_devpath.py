@@ -389,8 +389,9 @@ def attach(store, path: str = "gio", *, device=None, backing: str = "file", n_qu
     one that keeps the store's format) with ``n_queues`` queue pairs of ``depth`` entries served by
     ``n_threads`` host threads, capped at ``rate_gbps`` (1e9 B/s, 0 = no cap); ``prp_only``: PRPs
     instead of SGLs; ``warps_per_queue``: submitting warps per queue.
-    staged / gds: ``n_threads`` I/O threads, ``chunk_bytes`` staging chunk, ``depth`` chunks in flight
-    per thread.
+    staged / gds: ``n_threads`` I/O threads (default one per CPU, at most 16; a staged transfer whose
+    members are all mapped, RAM-backed, uses 2 of them unless ``n_threads`` is given), ``chunk_bytes``
+    staging chunk, ``depth`` chunks in flight per thread.
     host: no parameters (the C reference path over host memory).
     """
     _check_params(path, backing, n_queues, depth, n_threads, prp_only, warps_per_queue, rate_gbps, chunk_bytes)

@@ -67,7 +67,9 @@ enum tt_file_map {
 
 /**
  * struct tt_file_path_params - tuning shared by the file-based data paths
- * @n_threads: host I/O threads; 0: one per CPU, at most 16
+ * @n_threads: host I/O threads; 0: one per CPU, at most 16, of which a
+ *             staged transaction whose members are all mapped uses 2 (its
+ *             runs are DMA; more threads only slow the caller's launches)
  * @chunk_bytes: largest run moved at once (staging chunk); 0: 4 MiB, and
  *               runs read with buffered pread are kept to 1 MiB (the copy
  *               stays in the CPU's cache for the DMA that follows)
@@ -101,6 +103,7 @@ struct tt_file_path_params {
  * @begin_s: caller's time in setting up transactions (planning, lists)
  * @layer_wait_s: caller's time blocked waiting for layers
  * @n_threads: I/O threads
+ * @threads_busy: of them, those that moved a run
  * @n_mapped: member files mapped and registered (staged)
  * @mapped_bytes: their bytes
  * @map_s: time spent mapping and registering them
@@ -118,6 +121,7 @@ struct tt_file_path_stats {
 	double begin_s;
 	double layer_wait_s;
 	unsigned n_threads;
+	unsigned threads_busy;
 	unsigned n_mapped;
 	uint64_t mapped_bytes;
 	double map_s;

@@ -205,6 +205,7 @@ static void layer_finish(struct tt_file_path *fp, struct fp_layer *ly)
 
 static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
 {
+	unsigned idx = (unsigned)(w - fp->w.data());
 	cudaSetDevice(fp->device);	// before the lock: may create the context
 
 	std::unique_lock<std::mutex> lk(fp->mu);
@@ -220,15 +221,19 @@ static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
 		if (w->cursor == fp->tail)
 			break;
 		ly = fp->ring[w->cursor % FP_RING];
-		lk.unlock();
-		if (ly->t->write)
-			write_layer(fp, w, ly);
-		else
-			read_layer(fp, w, ly);
-		lk.lock();
-		if (cudaEventRecord(w->ev, w->s) != cudaSuccess ||
-		    cudaStreamWaitEvent(ly->sum, w->ev, 0) != cudaSuccess)
-			fp_set_err(&ly->err, -EIO);
+		// A thread the transaction does not use passes its layers
+		// without a CUDA call.
+		if (!ly->t->workers || idx < ly->t->workers) {
+			lk.unlock();
+			if (ly->t->write)
+				write_layer(fp, w, ly);
+			else
+				read_layer(fp, w, ly);
+			lk.lock();
+			if (cudaEventRecord(w->ev, w->s) != cudaSuccess ||
+			    cudaStreamWaitEvent(ly->sum, w->ev, 0) != cudaSuccess)
+				fp_set_err(&ly->err, -EIO);
+		}
 		if (++ly->passed == fp->n_workers)
 			layer_finish(fp, ly);
 		w->cursor++;
@@ -288,7 +293,10 @@ void tt_file_path_get_stats(struct tt_file_path *fp, struct tt_file_path_stats *
 	if (reset)
 		__atomic_store_n(&fp->reset_ns, fp_ns(), __ATOMIC_RELAXED);
 	for (struct fp_worker &w : fp->w) {
-		st->runs += take(&w.runs, reset);
+		uint64_t runs = take(&w.runs, reset);
+
+		st->threads_busy += runs != 0;
+		st->runs += runs;
 		st->bytes += take(&w.bytes, reset);
 		st->get_s += take(&w.ns[FP_T_GET], reset) / 1e9;
 		st->put_s += take(&w.ns[FP_T_PUT], reset) / 1e9;
@@ -407,6 +415,7 @@ int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	fp->depth = d.depth;
 	fp->chunk_bytes = d.chunk_bytes;
 	fp->chunk_set = p && p->chunk_bytes;
+	fp->threads_set = p && p->n_threads;
 	fp->map = d.map;
 	fp->w.resize(d.n_threads);
 	// Streams, chunks and kernels belong to @device; the caller's current

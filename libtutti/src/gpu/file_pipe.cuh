@@ -24,6 +24,12 @@
 #define FP_RING		1024u	// layers queued to the threads, all transactions
 #define FP_SUM_STREAMS	8u	// layer q completes on stream q % 8
 #define FP_MIN_RUN	(256u << 10)
+// Threads that move a transaction whose members are all mapped: its runs are
+// DMA between HBM and the mapping, the threads only queue them, and each
+// extra thread's CUDA calls contend with the caller's own launches (H200,
+// 2K-token prefill with saves: 16 threads made the model's launches 1.9x
+// slower, 2 threads moved 4 GiB faster than 16; docs/benchmarks.md).
+#define FP_MAPPED_WORKERS 2u
 
 struct fp_txn;
 
@@ -70,6 +76,7 @@ struct fp_txn {
 	struct tt_geometry geo;
 	int write;
 	unsigned n;
+	unsigned workers;			// threads that move it; 0: all
 	int fds[TT_MAX_ENGINE_MEMBERS];
 	void *fh[TT_MAX_ENGINE_MEMBERS];	// backend's per-member handle
 	std::vector<int64_t> slots;
@@ -114,7 +121,8 @@ struct fp_backend {
 			cudaStream_t s);
 	int (*put)(struct fp_txn *t, struct fp_chunk *c, const struct fp_job *j);
 	// Before the runs are planned (t->fds set), may be NULL: attach
-	// per-member state; returns the largest run, 0: chunk_bytes.
+	// per-member state, may set t->workers; returns the largest run,
+	// 0: chunk_bytes.
 	uint32_t (*txn_plan)(struct fp_txn *t);
 	void (*stats)(struct tt_file_path *fp, struct tt_file_path_stats *st, int reset);
 };
@@ -126,6 +134,7 @@ struct tt_file_path {
 	unsigned depth;
 	uint32_t chunk_bytes;
 	int chunk_set;			// chunk_bytes given by the caller
+	int threads_set;		// n_threads given by the caller
 	unsigned map;			// enum tt_file_map (staged)
 	uint64_t begin_ns, layer_wait_ns;	// caller's time (atomic adds)
 	uint64_t reset_ns;		// counters zeroed then

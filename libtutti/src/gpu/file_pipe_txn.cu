@@ -107,7 +107,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 	std::vector<struct fp_obj> objs;
 	uint64_t t0 = fp_ns();
 	struct fp_txn *t;
-	uint32_t cap, be_cap;
+	uint32_t cap, be_cap, nw;
 	int ret;
 
 	if (S > TT_GPU_SUM_MAX_SPANS || g->n_members > TT_MAX_ENGINE_MEMBERS ||
@@ -124,6 +124,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 	t->n = ti->n;
 	memcpy(t->fds, ti->fds, g->n_members * sizeof(int));
 	be_cap = fp->be->txn_plan ? fp->be->txn_plan(t) : 0;
+	nw = t->workers ? t->workers : fp->n_workers;
 	try {
 		t->slots.assign(ti->slots, ti->slots + ti->n);
 		t->status.assign(ti->n, 0);
@@ -133,7 +134,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **out)
 			moved += ti->slots[i] >= 0;
 		// Enough runs per layer to keep every thread busy, none tiny.
 		cap = (uint32_t)std::min<uint64_t>(be_cap ? be_cap : fp->chunk_bytes,
-			std::max<uint64_t>(FP_MIN_RUN, moved * S * g->obj_stride / (2 * fp->n_workers)));
+			std::max<uint64_t>(FP_MIN_RUN, moved * S * g->obj_stride / (2 * nw)));
 		cap = std::max(cap / g->obj_stride * g->obj_stride, g->obj_stride);
 		for (uint32_t l = 0; l < L; l++) {
 			size_t first = t->jobs.size();

@@ -17,6 +17,7 @@
 // file's pages (pwrite from a pinned chunk ran at 2-4 GB/s on the H200
 // against 45 GB/s for mapped reads). Only there: a disk file system's page
 // written by DMA is never marked dirty, so it would not reach the disk.
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -279,7 +280,7 @@ static uint32_t staged_txn_plan(struct fp_txn *t)
 {
 	struct tt_file_path *fp = t->fp;
 	struct st_priv *pv = (struct st_priv *)fp->priv;
-	int buffered = 0;
+	int buffered = 0, mapped = 1;
 
 	{
 		std::lock_guard<std::mutex> lk(pv->mu);
@@ -288,10 +289,14 @@ static uint32_t staged_txn_plan(struct fp_txn *t)
 			struct st_file *f = st_file_of(fp, pv, t->fds[m]);
 
 			t->fh[m] = f && f->map && (!t->write || f->writes) ? f : nullptr;
+			mapped &= t->fh[m] != nullptr;
 			if (!t->fh[m] && !(fcntl(t->fds[m], F_GETFL) & O_DIRECT))
 				buffered = 1;
 		}
 	}
+	// Every run a DMA: a few threads queue them (file_pipe.cuh).
+	if (mapped && !fp->threads_set)
+		t->workers = std::min(fp->n_workers, FP_MAPPED_WORKERS);
 	if (t->write)
 		return 0;
 	return buffered && !fp->chunk_set ? ST_BUFFERED_RUN : 0;
