@@ -179,7 +179,7 @@ static int emu_complete(struct tt_emu *e, emu_worker &w, emu_batch &b)
 
 		if (now < w.next_poll_ns)
 			return 0;
-		w.next_poll_ns = now + EMU_POLL_NS;
+		w.next_poll_ns = now + e->poll_ns;
 		emu_at(e, w, EMU_AT_QUERY);
 		r = cudaEventQuery(b.done);
 		if (r == cudaErrorNotReady)
@@ -294,7 +294,10 @@ static void emu_thread_run(struct tt_emu *e, unsigned id)
 			// Held back by the cap, with nothing free to fetch into.
 			std::this_thread::sleep_for(std::chrono::microseconds(100));
 		} else if (++idle > 4096) {
-			sched_yield();
+			if (e->idle_sleep_us)
+				std::this_thread::sleep_for(std::chrono::microseconds(e->idle_sleep_us));
+			else
+				sched_yield();
 		} else {
 			emu_relax();
 		}
@@ -528,6 +531,15 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 
 		c->diag = (to && std::strtod(to, nullptr) > 0) || std::getenv("TUTTI_GIO_DEBUG") ||
 			  std::getenv("TUTTI_EMU_DEBUG");
+	}
+	{
+		const char *pn = std::getenv("TUTTI_EMU_POLL_NS");
+		const char *sl = std::getenv("TUTTI_EMU_IDLE_SLEEP_US");
+
+		c->poll_ns = pn ? std::strtoull(pn, nullptr, 10) : EMU_POLL_NS;
+		c->idle_sleep_us = sl ? (unsigned)std::strtoul(sl, nullptr, 10) : EMU_IDLE_SLEEP_US;
+		if (c->idle_sleep_us > 10000)
+			c->idle_sleep_us = 10000;
 	}
 	std::memset(c->ns_mem, 0, sizeof(c->ns_mem));
 	std::memset(c->ns_map, 0, sizeof(c->ns_map));

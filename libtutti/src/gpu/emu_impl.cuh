@@ -11,7 +11,12 @@
 #define EMU_MAX_SGL_SEGS 64u	// SGL segments followed per command
 #define EMU_INFLIGHT 4u		// batches in flight per thread
 #define EMU_SLOT_BOUNCE (4u << 20)	// file mode bounce buffer per batch
-#define EMU_POLL_NS 2000u	// least time between two event queries
+// The application's launching thread shares the CUDA driver and the CPU with
+// these threads: an event query every 2 us and idle threads that only
+// yield made a 2K-token prefill's launches 1.5x slower on the H200
+// (docs/benchmarks.md, "Saving on the GPU"). A real controller takes none.
+#define EMU_POLL_NS 20000u	// least time between two event queries
+#define EMU_IDLE_SLEEP_US 50u	// an idle thread's sleep (0: sched_yield)
 #define EMU_TMPFS_MAGIC 0x01021994	// TMPFS_MAGIC, linux/magic.h
 
 enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
@@ -121,6 +126,11 @@ struct tt_emu {
 	// TUTTI_GIO_WAIT_TIMEOUT_S, TUTTI_GIO_DEBUG or TUTTI_EMU_DEBUG set at
 	// open: the threads note where they are and batches their age.
 	bool diag;
+	// Pacing of the threads (TUTTI_EMU_POLL_NS, TUTTI_EMU_IDLE_SLEEP_US):
+	// least time between two queries of a batch's copies, and the sleep
+	// of a thread that found nothing to do for a while (0: yield).
+	uint64_t poll_ns;
+	unsigned idle_sleep_us;
 };
 
 static uint64_t emu_now_ns()
