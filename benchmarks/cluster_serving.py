@@ -8,7 +8,9 @@ land on both nodes.  Configurations, each with fresh servers and stores:
 
   independent  TuttiConnector on each node, no cluster: a node reuses only what it computed itself
   cluster      the same plus the cluster tier (a real mooncake_master on loopback): a node also
-               loads what the other node computed (fetched, verified against the owner's checksums)
+               loads what the other node computed (fetched, verified against the owner's checksums);
+               cluster_fetch async, the default: a request waits for its fetch, the steps do not
+  cluster-step the same with cluster_fetch step: the fetch runs inside the step (every request waits)
 
 Per configuration: a warm-up, a cold phase (fresh documents one at a time: the unloaded TTFT), then
 a sweep of Poisson rates (each rate its own documents, the same for both configurations).  Reported:
@@ -39,7 +41,7 @@ from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "Cluster tier: two nodes behind a round-robin router (CPU)"
-CONFIGS = ("independent", "cluster")
+CONFIGS = ("independent", "cluster", "cluster-step")
 BLOCK = 128
 NODES = 2
 OUTPUT_OPTIONS = ("--workdir", "--json", "--output", "--section")
@@ -97,7 +99,7 @@ def bind(node):
     return {"VLLM_CPU_OMP_THREADS_BIND": f"{node * per}-{node * per + per - 1}" if per > 1 else str(node * per)}
 
 
-def start_servers(name, ctx, work, master):
+def start_servers(name, ctx, work, master, fetch="async"):
     """Both nodes' servers, started side by side; their stats directories."""
     servers, stats = [], []
     for n in range(NODES):
@@ -107,7 +109,7 @@ def start_servers(name, ctx, work, master):
         extra = {"path": os.path.join(d, "kv.img"), "capacity": f"{ctx['capacity'] >> 20}MiB"}
         if master is not None:  # the cluster's default timeouts (a fetch batch: 10 s)
             extra.update(cluster_master=master.address, cluster_metadata=master.metadata,
-                         cluster_port=free_port_pair(SCHEDULER_PORT_OFFSET))
+                         cluster_port=free_port_pair(SCHEDULER_PORT_OFFSET), cluster_fetch=fetch)
         kv = {"kv_connector": "TuttiConnector", "kv_connector_module_path": "tutti.vllm", "kv_role": "kv_both",
               "kv_connector_extra_config": extra}
         servers.append(serve.Server(model=ctx["model"], log_path=os.path.join(d, "server.log"),
@@ -130,9 +132,9 @@ def run_config(name, ctx, work):
     args = ctx["args"]
     from tutti.vllm.runner import _stats_totals
     rec = {"config": name}
-    master = LocalMaster(work, client_ttl=10).start() if name == "cluster" else None
+    master = LocalMaster(work, client_ttl=10).start() if name.startswith("cluster") else None
     try:
-        servers, stats = start_servers(name, ctx, work, master)
+        servers, stats = start_servers(name, ctx, work, master, "step" if name == "cluster-step" else "async")
         urls = [s.url for s in servers]
         try:
             rec["ready_s"] = [s.ready_s for s in servers]

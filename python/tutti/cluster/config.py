@@ -55,6 +55,8 @@ class ClusterConfig:
     call_timeout_s: float = 2.0                # any one Mooncake call (master, metadata)
     fetch_timeout_s: float = 10.0              # one batch of blocks from a peer
     keeper_interval_s: float = 1.0             # how often a node checks its index survived (master restart)
+    fetch: str = "async"                       # connector: "async" (a request waits, steps go on) or "step"
+    fetch_wait_s: float = 30.0                 # connector, async: longest a request waits for its fetch
 
     @property
     def endpoint(self) -> str:
@@ -81,7 +83,10 @@ class ClusterConfig:
     def check(self) -> None:
         if not 0 < self.port < 65536:
             raise ClusterError(f"cluster_port {self.port} is not a TCP port")
-        for name in ("call_timeout_s", "fetch_timeout_s", "keeper_interval_s"):
+        if self.fetch not in ("async", "step"):
+            raise ClusterError(f"cluster_fetch {self.fetch[:40]!r}: 'async' (a request waits for its blocks "
+                               "while other requests' steps go on) or 'step' (fetched inside the step)")
+        for name in ("call_timeout_s", "fetch_timeout_s", "keeper_interval_s", "fetch_wait_s"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ClusterError(f"cluster_{name} must be > 0 and at most 3600 s: every wait is bounded")
         if not 1 <= self.batch_blocks <= 4096:

@@ -119,7 +119,10 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._meta()
         if meta is not None and self._worker is not None:
-            self._worker.fetch_remote(meta)  # blocks held by peers, into the store (takes the lock itself)
+            # Blocks held by peers, into the store (each takes the lock itself): cluster_fetch step
+            # fetches the step's remote loads now; async hands requests' fetches to a thread.
+            self._worker.fetch_remote(meta)
+            self._worker.queue_fetches(meta)
             with self._worker.store_lock:
                 self._worker.start_load(meta)
 

@@ -55,9 +55,12 @@ class TuttiMetadata(KVConnectorMetadata):
     held: list = field(default_factory=list)    # finished requests whose blocks wait for get_finished
     preempted: list = field(default_factory=list)   # requests whose blocks vLLM freed (preemption)
     bad_blocks: list = field(default_factory=list)  # vLLM blocks found bad (taint) since the last step
+    # cluster_fetch async: BlockTransfer (no block ids) of requests waiting for blocks peers hold:
+    # each worker fetches keys[-remote:] into its store in the background (touching the rest).
+    fetches: list = field(default_factory=list)
 
     def is_empty(self) -> bool:
-        return not self.loads and not self.saves
+        return not self.loads and not self.saves and not self.fetches
 
 
 @dataclass
@@ -91,7 +94,8 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     ``failures``: LoadFailure not yet acknowledged; ``unsaved``: (req_id, first) of save
     transfers not committed (the scheduler may offer them again); ``drained``: (rank, step): no
     save offered in a step <= ``step`` still needs its vLLM blocks on that rank (so a request whose
-    last save is that old can free its blocks at once when it finishes).
+    last save is that old can free its blocks at once when it finishes).  ``fetched``: (rank, req_id)
+    of fetches (``TuttiMetadata.fetches``) that rank finished, its blocks' events sent with it or before.
     """
 
     events: list = field(default_factory=list)
@@ -104,6 +108,7 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     load_perf: list = field(default_factory=list)
     step_perf: list = field(default_factory=list)
     fetch_perf: list = field(default_factory=list)
+    fetched: list = field(default_factory=list)
 
     def aggregate(self, other: "TuttiWorkerMeta | None") -> "TuttiWorkerMeta":
         if other is None:
@@ -115,4 +120,5 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
                                drained=self.drained + getattr(other, "drained", []),
                                load_perf=self.load_perf + getattr(other, "load_perf", []),
                                step_perf=self.step_perf + getattr(other, "step_perf", []),
-                               fetch_perf=self.fetch_perf + getattr(other, "fetch_perf", []))
+                               fetch_perf=self.fetch_perf + getattr(other, "fetch_perf", []),
+                               fetched=self.fetched + getattr(other, "fetched", []))

@@ -18,6 +18,7 @@ A save it refuses is never offered to the workers (see ``_admit``).
 """
 import logging
 import os
+import time
 
 from ..admission import Admission, parse_budget
 from ..admission import Save as SaveCandidate
@@ -31,7 +32,7 @@ log = logging.getLogger("vllm.tutti")
 
 class _ReqState:
     __slots__ = ("request", "next_save", "local_tokens", "retries", "last_save", "cut_blocks", "observed",
-                 "gap", "remote_from")
+                 "gap", "remote_from", "fetched_from", "no_remote")
 
     def __init__(self, request):
         self.request = request
@@ -43,6 +44,18 @@ class _ReqState:
         self.observed = False    # its prompt blocks were counted by the write admission
         self.gap = None          # first block the write admission refused (later ones go after it)
         self.remote_from = None  # first block of the last match that peers hold (cluster tier)
+        self.fetched_from = None  # cluster_fetch async: first block its fetch asked peers for
+        self.no_remote = False   # cluster_fetch async: its fetch is over; peers are not asked again
+
+
+class _Fetch:
+    """cluster_fetch async: a request's blocks being fetched from peers into the workers' stores."""
+
+    __slots__ = ("deadline", "ranks")
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+        self.ranks = set()       # ranks whose worker reported it done
 
 
 class RankIndex:
@@ -142,6 +155,10 @@ class SchedulerSide:
         if cfg.cluster is not None and cfg.load:
             from .cluster import SchedulerCluster
             self.cluster = SchedulerCluster(cfg.cluster, shape.tp_size)
+        # cluster_fetch async: requests waiting for their fetch, and the fetches for the next step.
+        self.fetch_async = cfg.cluster is not None and cfg.cluster.fetch == "async"
+        self.fetching: dict = {}
+        self.fetch_out: list = []
         self._block_bytes = None
         algo = getattr(vllm_config.cache_config, "prefix_caching_hash_algo", "sha256")
         if not str(algo).startswith("sha256") and os.environ.get("PYTHONHASHSEED") is None:
@@ -179,8 +196,12 @@ class SchedulerSide:
             st = self.reqs[request.request_id] = _ReqState(request)
         st.local_tokens = num_computed_tokens
         st.cut_blocks = 0
-        st.remote_from = last
-        if self.cluster is not None and last < limit:
+        # Blocks a finished fetch brought are local now, but still count as remote hits.
+        st.remote_from = last if st.fetched_from is None else min(st.fetched_from, last)
+        if self.cluster is not None and last < limit and self.fetch_async:
+            if self._fetch_pending(request, st, first, last, limit):
+                return None, False  # vLLM asks again next step; other requests' steps go on
+        elif self.cluster is not None and last < limit:
             # Blocks after the local hit that peers hold: fetched into the store by the workers
             # before the step's read (vllm/cluster.py); one batched, bounded lookup.
             last += self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
@@ -191,6 +212,47 @@ class SchedulerSide:
                                             remote_blocks=last - st.remote_from)
             st.cut_blocks, last = last - first - k, first + k
         return (last - first) * self.block_size, False
+
+    def _fetch_pending(self, request, st, first, last, limit) -> bool:
+        """cluster_fetch async: True while the request waits for blocks peers hold (fetched into
+        every rank's store by the workers' fetch threads: vllm/cluster.py); False once there is
+        nothing (more) to wait for: its fetch reported by every rank, past cluster_fetch_wait_s,
+        peers holding nothing after the local hit, or fetching not paying (the load planner)."""
+        req_id = request.request_id
+        f = self.fetching.get(req_id)
+        if f is not None:
+            if len(f.ranks) >= len(self.ranks):
+                del self.fetching[req_id]
+                st.no_remote = True  # what arrived is local now; what did not is recomputed
+                return False
+            if time.monotonic() < f.deadline:
+                return True
+            del self.fetching[req_id]
+            st.no_remote = True
+            self.stats.add(fetch_timeouts=1)
+            log.warning("tutti cluster: request %s waited %.0f s for its blocks from peers: served with "
+                        "its local hit", req_id, self.cfg.cluster.fetch_wait_s)
+            return False
+        if st.no_remote:
+            return False
+        hashes = request.block_hashes
+        n = self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
+                                       [self.key(h) for h in hashes[last:limit]])
+        if n <= 0:
+            return False
+        if self.planner is not None:
+            k = self.planner.blocks_to_load(last + n - first, request.num_prompt_tokens - st.local_tokens,
+                                            remote_blocks=n)
+            if first + k <= last:
+                return False  # fetching would not pay: the local hit (or its planned part) goes now
+        # The whole hit's keys: the workers touch the local ones too, so the fetched blocks do
+        # not take their slots.
+        keys = [self.key(h) for h in hashes[first:last + n]]
+        self.fetching[req_id] = _Fetch(time.monotonic() + self.cfg.cluster.fetch_wait_s)
+        self.fetch_out.append(BlockTransfer(req_id, keys, [], first=first, remote=n))
+        st.fetched_from = last
+        self.stats.add(fetch_requests=1, fetch_asked_blocks=n)
+        return True
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self.reqs.get(request.request_id)
@@ -218,8 +280,9 @@ class SchedulerSide:
         if self.planner is not None:
             self.step_tokens[self.step] = getattr(scheduler_output, "total_num_scheduled_tokens", 0)
             self.step_tokens.pop(self.step - 64, None)  # a step rank 0 never reported
-        meta = TuttiMetadata(loads=self.pending_loads, step=self.step, acked=dict(self.acked))
-        self.pending_loads = []
+        meta = TuttiMetadata(loads=self.pending_loads, step=self.step, acked=dict(self.acked),
+                             fetches=self.fetch_out)
+        self.pending_loads, self.fetch_out = [], []
         finished = set(getattr(scheduler_output, "finished_req_ids", None) or ())
         meta.held = sorted(self.hold_next & finished)
         self.hold_next -= finished
@@ -415,6 +478,10 @@ class SchedulerSide:
             return
         for rank, step in getattr(meta, "drained", ()):
             self.drained[rank] = max(self.drained.get(rank, 0), step)
+        for rank, req_id in getattr(meta, "fetched", ()):
+            f = self.fetching.get(req_id)
+            if f is not None:
+                f.ranks.add(rank)
         if self.planner is not None:
             self._take_perf(meta)
         for ev in meta.events:
@@ -482,6 +549,7 @@ class SchedulerSide:
         req_id = request.request_id
         st = self.reqs.pop(req_id, None)
         self.taint.drop(req_id)
+        self.fetching.pop(req_id, None)  # aborted while waiting: what arrives stays a local block
         drained = min((self.drained.get(r, 0) for r in range(len(self.ranks))), default=0)
         hold = self.deferred and st is not None and st.last_save > drained
         if hold:

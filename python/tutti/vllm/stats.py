@@ -19,6 +19,8 @@ COUNTERS = (
     "remote_hit_tokens", # scheduler: of those, tokens peers hold (cluster tier), fetched before the load
     "remote_blocks",     # worker: blocks fetched from peers into the store, verified
     "remote_errors",     # worker: remote blocks that did not arrive verified: recomputed
+    # cluster_fetch async (scheduler): requests held back for a fetch, blocks asked, waits given up.
+    "fetch_requests", "fetch_asked_blocks", "fetch_timeouts",
     "query_tokens",      # scheduler: prompt tokens asked about
     "load_cut_tokens",   # scheduler: stored tokens recomputed because loading them would not pay
     "load_blocks", "load_bytes", "load_s",

@@ -50,6 +50,7 @@ reported back (``unsaved``) and offered again once their KV is sound.
 """
 import errno
 import logging
+import queue
 import threading
 import time
 
@@ -127,6 +128,11 @@ class WorkerSide(SavesMixin):
         # worker hook, connector.py); without a cluster nothing else takes it.
         self.store_lock = threading.RLock()
         self.cluster = None
+        # cluster_fetch async: this rank's fetch thread, its orders, and the requests it finished.
+        self._fetch_q = None
+        self._fetch_thread = None
+        self._fetches_seen = None
+        self._fetched = []      # (rank, req_id), sent with the worker metadata
 
     # --- set-up ---------------------------------------------------------------------
 
@@ -161,32 +167,67 @@ class WorkerSide(SavesMixin):
     # --- loads ------------------------------------------------------------------------
 
     def fetch_remote(self, meta):
-        """Before the step's local read: bring the load's remote blocks (held by peers, cluster tier)
-        into this rank's store, verified against their owner's committed checksum.  Called *without*
-        store_lock (the node's thread that takes a peer's answer may need it to serve another peer
-        meanwhile); a block that does not arrive is not in the store, so start_load reports it as a
-        load error and vLLM recomputes it."""
+        """cluster_fetch step: before the step's local read, bring the load's remote blocks (held
+        by peers) into this rank's store.  Called *without* store_lock (the node's thread that
+        takes a peer's answer may need it to serve another peer meanwhile); a block that does not
+        arrive is not in the store, so start_load reports it as a load error and vLLM recomputes it."""
         if self.cluster is None or meta is None or self.store is None:
             return
         remote = [k for t in meta.loads if t.remote for k in t.keys[len(t.keys) - t.remote:]]
-        if not remote:
+        if remote:
+            self._fetch([k for t in meta.loads for k in t.keys], remote)
+
+    def queue_fetches(self, meta):
+        """cluster_fetch async: the step's fetch orders go to this rank's fetch thread; the step does
+        not wait.  Each is reported done in the worker metadata (``fetched``) once its blocks are in
+        the store or failed; the scheduler side holds the request back (vLLM asks it again each
+        step) until every rank has reported it, then its blocks are local hits."""
+        orders = getattr(meta, "fetches", None) if meta is not None else None
+        if not orders or meta is self._fetches_seen:
             return
-        keys = [k for t in meta.loads for k in t.keys]
+        self._fetches_seen = meta  # start_load_kv may be called twice with one step's metadata
+        if self._fetch_q is None:
+            self._fetch_q = queue.SimpleQueue()
+            self._fetch_thread = threading.Thread(target=self._fetch_run, name=f"tutti-fetch-{self.rank}",
+                                                  daemon=True)
+            self._fetch_thread.start()
+        for t in orders:
+            self._fetch_q.put(t)
+
+    def _fetch_run(self):
+        while True:
+            t = self._fetch_q.get()
+            if t is None:
+                return
+            try:
+                self._fetch(t.keys, t.keys[len(t.keys) - t.remote:])
+            except Exception as e:  # noqa: BLE001 - a failed fetch is a miss, never a dead thread
+                log.warning("tutti cluster: fetching request %s's blocks failed: %s", t.req_id, e)
+            with self.store_lock:
+                self._fetched.append((self.rank, t.req_id))
+
+    def _fetch(self, keys, remote):
+        """Fetch the ``remote`` keys not yet here from peers into the store, verified against their
+        owner's committed checksum; ``keys`` (all the step's or request's) are looked up first, heads
+        last, so the fetched blocks take older blocks' slots, not theirs."""
+        cluster = self.cluster
         with self.store_lock:
-            # Every key of the step touched (heads last), so the fetched blocks' slots are taken from
-            # older blocks, not from this step's local hits; remote keys already here need no fetch.
+            if cluster is None or self.store is None:
+                return
             slots = dict(zip(keys[::-1], self.store.lookup(keys[::-1])))
         want = [k for k in remote if slots.get(k) is None]
+        if not want:
+            return
         t0 = time.perf_counter()
-        ok = self.cluster.fetch(want)
-        if self._perf and want:  # the planner prices remote blocks with it (failures included)
-            self._fetch_perf = self._fetch_perf[-15:] + [(self.rank, len(want) * self.layout.block_bytes,
-                                                          time.perf_counter() - t0)]
+        ok = cluster.fetch(want)
         n = sum(ok)
-        self.stats.add(remote_blocks=n, remote_errors=len(want) - n)
         got = [k for k, good in zip(want, ok) if good]
-        if got:  # the scheduler's index learns of the replicas (its next match finds them local)
-            with self.store_lock:
+        with self.store_lock:
+            if self._perf:  # the planner prices remote blocks with it (failures included)
+                self._fetch_perf = self._fetch_perf[-15:] + [(self.rank, len(want) * self.layout.block_bytes,
+                                                              time.perf_counter() - t0)]
+            self.stats.add(remote_blocks=n, remote_errors=len(want) - n)
+            if got and self.store is not None:  # the scheduler's index learns of the replicas
                 self._events += [SlotEvent(self.rank, s, k) for k, s in zip(got, self.store.lookup(got))
                                  if s is not None]
         if n < len(want):
@@ -382,7 +423,7 @@ class WorkerSide(SavesMixin):
         drained = self.drained_step() if self._deferred else None
         new_drained = drained != self._drained_sent
         if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
-                or self._load_perf or self._step_perf or self._fetch_perf):
+                or self._load_perf or self._step_perf or self._fetch_perf or self._fetched):
             return None
         if self.cluster is not None:  # this step's commits: published by the node's thread
             self.cluster.publish([e.key for e in self._events if e.key is not None])
@@ -390,17 +431,22 @@ class WorkerSide(SavesMixin):
                                failures=list(self._unacked.values()), unsaved=self._unsaved,
                                drained=[(self.rank, drained)] if new_drained else [],
                                load_perf=self._load_perf, step_perf=self._step_perf,
-                               fetch_perf=self._fetch_perf)
+                               fetch_perf=self._fetch_perf, fetched=self._fetched)
         self._drained_sent = drained
         self._events, self._missing, self._unsaved = [], [], []
-        self._load_perf, self._step_perf, self._fetch_perf = [], [], []
+        self._load_perf, self._step_perf, self._fetch_perf, self._fetched = [], [], [], []
         return meta
 
     def close_cluster(self):
         """Leave the cluster (withdraw, stop serving); without store_lock: its threads may hold it."""
-        if self.cluster is not None:
-            self.cluster.close()
-            self.cluster = None
+        if self._fetch_q is not None:
+            self._fetch_q.put(None)  # the fetch thread stops after the fetch in progress
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.close()  # a fetch in progress fails now: the thread's join below is short
+        if self._fetch_thread is not None:
+            self._fetch_thread.join(cluster.cfg.call_timeout_s * 2 + 1 if cluster is not None else 5)
+            self._fetch_thread = self._fetch_q = None
 
     def close(self):
         self.close_cluster()
