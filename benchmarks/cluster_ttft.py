@@ -25,17 +25,14 @@ import datetime
 import json
 import os
 import platform
-import select
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from tutti.bench import cpu_model, replace_section, shown_command
-from tutti.cluster.local_master import LocalMaster, free_port, free_port_pair
+from tutti.cluster.local_master import LocalMaster, StoreOwner, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 from tutti.vllm.runner import launch
@@ -66,33 +63,6 @@ def parse_args(argv=None):
     if not 1 <= args.requests <= 16:
         ap.error("--requests: 1 to 16")
     return args
-
-
-class Owner:
-    """``tutti-admin cluster serve PATH``: keeps node A's store reachable once its engine has exited."""
-
-    def __init__(self, work, path, master):
-        self.err = open(os.path.join(work, "owner.err"), "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tutti.cli", "cluster", "serve", path, "--master", master.address,
-             "--metadata", master.metadata, "--port", str(free_port())],
-            stdout=subprocess.PIPE, stderr=self.err, text=True)
-        r, _, _ = select.select([self.proc.stdout], [], [], 120)
-        line = self.proc.stdout.readline() if r else ""
-        if not line.startswith("serving "):
-            self.stop()
-            raise SystemExit(f"cluster_ttft: the owner did not start: see {self.err.name}")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.err.close()
-
 
 
 def run(work, name, spec):
@@ -136,7 +106,7 @@ def measure(args, work):
         store_a, store_b = os.path.join(work, "a", "kv.img"), os.path.join(work, "b", "kv.img")
         results["A"] = run(work, "A", dict(base, connector="tutti", extra=keys(store_a)))
         results["none"] = run(work, "none", dict(base, connector="none"))
-        owner = Owner(work, store_a, master)
+        owner = StoreOwner(work, store_a, master)
         try:
             results["remote"] = run(work, "remote", dict(base, connector="tutti", extra=keys(store_b)))
             results["local"] = run(work, "local", dict(base, connector="tutti", extra=keys(store_b)))

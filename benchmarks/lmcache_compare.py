@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tutti.bench import BenchError, replace_section
 from tutti.bench import lmcache_compare as lc
+from tutti.bench import lmcache_report as lr
 from tutti.cli import make_console
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
             except BenchError as e:
                 print(f"lmcache_compare: {e}", file=sys.stderr)
                 return e.code
-            lc.print_compare(make_console(), res)
+            lr.print_compare(make_console(), res)
             results.append(res)
     load1 = os.getloadavg()[0]
     with open(args.json, "w") as f:
@@ -136,7 +137,7 @@ def main(argv=None) -> int:
 def write_section(args, command, results, load):
     name = Path(args.json).name
     notes = [f"Raw runs: [benchmarks/{name}](../benchmarks/{name}).", *_notes(results, load), "", *HOW_TO_READ]
-    replace_section(args.output, lc.COMPARE_TITLE, lc.markdown_section(results, command, notes=notes))
+    replace_section(args.output, lc.COMPARE_TITLE, lr.markdown_section(results, command, notes=notes))
 
 
 if __name__ == "__main__":

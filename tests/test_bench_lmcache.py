@@ -23,6 +23,9 @@ from click.testing import CliRunner
 
 from tutti.bench import BenchError
 from tutti.bench import lmcache_compare as lc
+from tutti.bench import lmcache_engines as le
+from tutti.bench import lmcache_layout as ll
+from tutti.bench import lmcache_report as lr
 from tutti.cli import EXIT_USAGE, main
 from tutti.model import Fingerprint
 
@@ -55,10 +58,10 @@ def _ctx(tmp_path, cfg=None):
     cfg = cfg or _cfg(tmp_path)
     fp = dataclasses.replace(SMALL, model_id=BENCH_MODEL_PREFIX + SMALL.model_id)
     geo, _ = Store.plan(1, fp, n_slots=TOKENS // 16)
-    layout = lc.ChunkLayout.for_geometry(geo, 16, TOKENS)
-    src, dst = lc.SharedArea(layout.total_bytes, "t-src"), lc.SharedArea(layout.total_bytes, "t-dst")
+    layout = ll.ChunkLayout.for_geometry(geo, 16, TOKENS)
+    src, dst = ll.SharedArea(layout.total_bytes, "t-src"), ll.SharedArea(layout.total_bytes, "t-dst")
     src.fill_random(7)
-    return lc._Ctx(cfg, layout, geo, fp, src, dst, tmpfs=False, log=lambda m: None)
+    return le.RunContext(cfg, layout, geo, fp, src, dst, tmpfs=False, log=lambda m: None)
 
 
 def _chunk(area, layout, c):
@@ -69,12 +72,12 @@ def _chunk(area, layout, c):
 
 
 def test_chunk_layout_numbers():
-    lay = lc.ChunkLayout(n_layers=32, n_spans=2, span_bytes=32768, block_tokens=16, prefix_tokens=32768)
+    lay = ll.ChunkLayout(n_layers=32, n_spans=2, span_bytes=32768, block_tokens=16, prefix_tokens=32768)
     assert lay.n_chunks == 128 and lay.chunk_bytes == 32 << 20  # Llama-3-8B: 2 x 32 x 256 x 8 x 128 x 2 bytes
     assert lay.total_bytes == lay.n_blocks * 32 * 2 * 32768 == 4 << 30
     assert lay.slot_bytes == 4096 + (32 << 20) and lay.slot_offset(1) == (128 << 20) + lay.slot_bytes
     with pytest.raises(BenchError) as e:
-        lc.ChunkLayout.for_geometry(type("G", (), {"n_layers": 2, "n_spans": 2, "span_bytes": 2048})(), 16, 300)
+        ll.ChunkLayout.for_geometry(type("G", (), {"n_layers": 2, "n_spans": 2, "span_bytes": 2048})(), 16, 300)
     assert e.value.code == 2 and "multiple of" in str(e.value)
 
 
@@ -82,7 +85,7 @@ def test_tutti_view_of_a_chunk_area_is_kv_2ltd(tmp_path):
     """Block id c*ids_per_chunk+j, layer l, span s of the paged view is tokens 16j.. of (s, l) in chunk c."""
     ctx = _ctx(tmp_path)
     lay = ctx.layout
-    pb = lc.ChunkPagedBuffer(ctx.src, lay)
+    pb = ll.ChunkPagedBuffer(ctx.src, lay)
     try:
         ids = lay.block_ids()
         assert len(ids) == lay.n_blocks == len(set(ids)) and max(ids) < pb.n_blocks
@@ -107,20 +110,20 @@ def test_tutti_view_of_a_chunk_area_is_kv_2ltd(tmp_path):
 def test_raw_block_file_is_lmcache_layout_and_round_trips(tmp_path):
     ctx = _ctx(tmp_path)
     lay = ctx.layout
-    eng = lc.RawBlockEngine(ctx, str(tmp_path / "s.img.lmcache-raw"))
+    eng = le.RawBlockEngine(ctx, str(tmp_path / "s.img.lmcache-raw"))
     try:
         out = eng.run(3)["raw_block"]  # store, fdatasync, read back, compare: raises on a difference
         with open(eng.path, "rb") as f:
             data = f.read()
-        assert len(data) == lay.raw_file_bytes == lc.RB_META + lay.n_chunks * lay.slot_bytes
+        assert len(data) == lay.raw_file_bytes == ll.RB_META + lay.n_chunks * lay.slot_bytes
         for c in range(lay.n_chunks):
             slot = lay.slot_offset(c)
-            hdr = data[slot:slot + lc.RB_HEADER]
+            hdr = data[slot:slot + ll.RB_HEADER]
             assert hdr[:8] == b"LMCBLK01"
-            assert int.from_bytes(hdr[8:16], "little") == lc.chunk_identity(3, c)
+            assert int.from_bytes(hdr[8:16], "little") == ll.chunk_identity(3, c)
             assert int.from_bytes(hdr[16:24], "little") == lay.chunk_bytes
-            assert hdr[24:] == bytes(lc.RB_HEADER - 24)
-            assert data[slot + lc.RB_HEADER:slot + lc.RB_HEADER + lay.chunk_bytes] == _chunk(ctx.src, lay, c)
+            assert hdr[24:] == bytes(ll.RB_HEADER - 24)
+            assert data[slot + ll.RB_HEADER:slot + ll.RB_HEADER + lay.chunk_bytes] == _chunk(ctx.src, lay, c)
         assert _chunk(ctx.dst, lay, 1) == _chunk(ctx.src, lay, 1)
         for m in ("store", "store_durable", "retrieve"):
             assert out[m]["bytes"] == lay.total_bytes and out[m]["gbps"] > 0 and out[m]["cpu_seconds"] >= 0
@@ -137,13 +140,13 @@ def test_raw_block_file_is_lmcache_layout_and_round_trips(tmp_path):
 def test_damaged_payload_fails_the_comparison(tmp_path):
     """The read-back check can fail: a payload byte changed on disk between store and read is caught."""
     ctx = _ctx(tmp_path)
-    eng = lc.RawBlockEngine(ctx, str(tmp_path / "raw"))
+    eng = le.RawBlockEngine(ctx, str(tmp_path / "raw"))
     real_before_read = ctx.before_read
 
     def damage(byte):
         real_before_read(byte)
         with open(eng.path, "r+b") as f:
-            f.seek(ctx.layout.slot_offset(1) + lc.RB_HEADER + 12345)
+            f.seek(ctx.layout.slot_offset(1) + ll.RB_HEADER + 12345)
             old = f.read(1)
             f.seek(-1, os.SEEK_CUR)
             f.write(bytes([old[0] ^ 0xFF]))
@@ -163,7 +166,7 @@ def test_local_disk_files_are_one_chunk_each(tmp_path, odirect):
     ctx = _ctx(tmp_path)
     lay = ctx.layout
     d = tmp_path / "s.img.lmcache-disk"
-    eng = lc.LocalDiskEngine(ctx, str(d), odirect=odirect)
+    eng = le.LocalDiskEngine(ctx, str(d), odirect=odirect)
     try:
         out = eng.run(5)[eng.names[0]]
         files = sorted(d.iterdir())
@@ -213,7 +216,7 @@ def test_report_is_computed_from_the_runs(tmp_path):
     assert res["engines"]["tutti_all_layers"]["verifies"].startswith("XXH3")
     assert all(res["engines"][n]["verifies"].startswith("nothing") for n in engines - {"tutti", "tutti_all_layers"})
     assert not os.listdir(tmp_path)  # every file of the comparison removed
-    md = lc.markdown_section([res], "tutti-admin bench --compare lmcache")
+    md = lr.markdown_section([res], "tutti-admin bench --compare lmcache")
     assert md.startswith(f"## {lc.COMPARE_TITLE}\n") and "| disk | 512 |" in md
     assert f"**{res['median']['tutti']['retrieve']['gbps']:.2f}**" in md
     json.dumps(res)
@@ -262,7 +265,7 @@ def test_cli_compare_json(tmp_path):
 
 
 def test_missing_package_is_one_line_and_exit_2(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, lc.RAW_BLOCK_MODULE, None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, le.RAW_BLOCK_MODULE, None)  # import raises ImportError
     res = CliRunner().invoke(main, ["bench", str(tmp_path / "s.img"), "--compare", "lmcache", "--runs", "1"])
     assert res.exit_code == EXIT_USAGE
     assert res.stderr == ("tutti-admin: error: bench: --compare lmcache needs the Python package "

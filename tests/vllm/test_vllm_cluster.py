@@ -8,18 +8,16 @@ of a run without any connector.  An owner that dies when B's fetch reaches it co
 never a wrong output.
 """
 import os
-import select
+import random
 import signal
-import subprocess
-import sys
 
 import pytest
 
 pytest.importorskip("mooncake.store", reason="Mooncake is not installed (pip install 'tutti[cluster]')")
 
-from helpers.mooncake_master import Master, free_port
+from helpers.mooncake_master import Master
 from tutti import Store
-from tutti.cluster.local_master import free_port_pair
+from tutti.cluster.local_master import StoreOwner, free_port_pair
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 from vllm_engine import run_engine, scheduler_stats, worker_stats
 
@@ -42,29 +40,9 @@ def cluster_keys(master, port=None):
             "cluster_fetch_timeout_s": 4, "cluster_keeper_interval_s": 0.5, "cluster_index_bytes": 16 << 20}
 
 
-class Owner:
-    """``tutti-admin cluster serve PATH`` in its own process, ready once it says it serves."""
-
-    def __init__(self, tmp, path, master, env=None):
-        self.err = open(os.path.join(tmp, f"owner-{os.getpid()}-{id(self)}.err"), "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tutti.cli", "cluster", "serve", path, "--master", master.address,
-             "--metadata", master.metadata, "--port", str(free_port()), "-o", "cluster_keeper_interval_s=0.5"],
-            stdout=subprocess.PIPE, stderr=self.err, text=True, env={**os.environ, **(env or {})})
-        r, _, _ = select.select([self.proc.stdout], [], [], 60)
-        line = self.proc.stdout.readline() if r else ""
-        assert line.startswith("serving "), f"owner did not start ({self.proc.poll()}): see {self.err.name}"
-        self.blocks = int(line.split()[1])
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(30)
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+def Owner(tmp, path, master, env=None):
+    """A's store served by ``tutti-admin cluster serve`` (its own process), ready."""
+    return StoreOwner(tmp, path, master, env=env, options=["cluster_keeper_interval_s=0.5"])
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +107,35 @@ def test_owner_killed_before_the_fetch_means_recompute(vtmp, model, prompts, bas
         # The request waited for its fetch; nothing arrived, so nothing was promised to vLLM.
         assert sched["fetch_asked_blocks"] * block >= len(prompts[0]) - block
         assert sched.get("remote_hit_tokens", 0) == 0 and work.get("load_errors", 0) == 0
+
+
+@pytest.mark.parametrize("fetch", ["async", "step"])
+def test_a_slow_peer_holds_back_only_its_own_request(vtmp, model, prompts, vocab, baseline, block, master, node_a,
+                                                     fetch):
+    """The owner answers each batch 2.5 s late. B gets the remote prompt and a cold one at once: with
+    cluster_fetch async only the remote prompt waits for its fetch, the cold one's first token does
+    not; with step the fetch holds up the step both are in."""
+    path_a, _ = node_a
+    delay = 2.5
+    owner = Owner(vtmp, path_a, master, env={"TUTTI_CLUSTER_FAULTS": f"serve_delay_s={delay}"})
+    rng = random.Random(11)
+    cold = [rng.randrange(3, vocab) for _ in range(len(prompts[0]))]
+    try:
+        path_b = os.path.join(vtmp, f"cluster-b-slow-owner-{fetch}", "kv.img")
+        res = run_engine(vtmp, f"cluster-b-slow-owner-{fetch}", model=model, prompts=[prompts[0], cold],
+                         store=path_b, first_token_times=True,
+                         extra={"capacity": "32MiB", **cluster_keys(master), "cluster_fetch": fetch,
+                                "cluster_fetch_timeout_s": 2 * delay + 2})
+    finally:
+        assert owner.stop() == 0
+    remote_s, cold_s = res["first_token_s"]
+    work = worker_stats(res)
+    seen = (res["first_token_s"], res["stats"])
+    print(f"cluster_fetch {fetch}: first token of the remote prompt {remote_s} s, of the cold one {cold_s} s")
+    assert work.get("remote_blocks", 0) * block >= len(prompts[0]) - block, seen   # the fetch did succeed
+    assert res["outputs"][0] == baseline[0]                           # the fetched prefix, served exact
+    assert remote_s >= delay, seen
+    if fetch == "async":
+        assert cold_s < delay - 0.5 < remote_s, seen
+    else:
+        assert cold_s >= delay, seen

@@ -1,7 +1,7 @@
 """lmcache's own RawBlockCore over the parent's buffers: run by ``--lmcache-python``, not imported by tutti.
 
 ``tutti-admin bench --compare lmcache --lmcache-python PY`` runs ``PY this-file SPEC`` (SPEC: JSON from
-tutti.bench.lmcache_compare.LMCacheCoreEngine) with the memfds of the source and destination areas inherited.
+tutti.bench.lmcache_engines.LMCacheCoreEngine) with the memfds of the source and destination areas inherited.
 It imports only the standard library, torch and lmcache, stores the chunks with ``RawBlockCore.put_many`` and
 reads them back with ``load_many_into`` (LMCache's legacy raw-block storage plugin path), and prints one line:
 ``TUTTI-RESULT {json}`` (wall and CPU seconds of each step) or ``TUTTI-ERROR message`` (exit 3: lmcache does

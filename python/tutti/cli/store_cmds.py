@@ -363,17 +363,18 @@ def _bench_compare(path, prefix_tokens, runs, fp, engine, no_fio, seed, force, l
     """bench --compare lmcache: Tutti beside LMCache's disk engines (tutti.bench.lmcache_compare)."""
     from .. import bench
     from ..bench import lmcache_compare as lc
+    from ..bench import lmcache_report as lr
 
     cfg = lc.CompareConfig(path=path, prefix_tokens=prefix_tokens, runs=runs, fp=fp, engine=engine, fio=not no_fio,
                            seed=seed, force=force, lmcache_python=lmcache_python, command=command)
     res = _run_bench(lc.run_compare, cfg, log)
     if output:
         bench.replace_section(output, section or lc.COMPARE_TITLE,
-                              lc.markdown_section([res], command, section or lc.COMPARE_TITLE))
+                              lr.markdown_section([res], command, section or lc.COMPARE_TITLE))
     if as_json:
         _emit_json(res)
     else:
-        lc.print_compare(make_console(), res)
+        lr.print_compare(make_console(), res)
         if output:
             make_console().print(f"results written to {output}")
 

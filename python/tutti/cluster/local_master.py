@@ -4,7 +4,9 @@ service (see docs/cluster.md for its flags); nothing in the connector starts one
 from __future__ import annotations
 
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -104,3 +106,47 @@ class LocalMaster:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+class StoreOwner:
+    """``tutti-admin cluster serve PATH`` in a process of its own: keeps a store reachable by peers once
+    the engine that wrote it has exited (tests, benchmarks).  Ready when constructed (it has said
+    ``serving N``: ``blocks``); ``env`` adds to its environment (e.g. TUTTI_CLUSTER_FAULTS), ``options``
+    are ``-o key=value`` cluster options."""
+
+    START_TIMEOUT_S = 120
+
+    def __init__(self, log_dir, path, master, *, env=None, options=()):
+        log_dir = Path(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.err = open(log_dir / f"owner-{os.getpid()}-{id(self)}.err", "w")
+        cmd = [sys.executable, "-m", "tutti.cli", "cluster", "serve", str(path), "--master", master.address,
+               "--metadata", master.metadata, "--port", str(free_port())]
+        for o in options:
+            cmd += ["-o", o]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     env={**os.environ, **(env or {})})
+        r, _, _ = select.select([self.proc.stdout], [], [], self.START_TIMEOUT_S)
+        line = self.proc.stdout.readline() if r else ""
+        if not line.startswith("serving "):
+            self.kill()
+            raise ClusterError(f"the store owner did not start (exit {self.proc.returncode}): see {self.err.name}")
+        self.blocks = int(line.split()[1])
+
+    def stop(self) -> int:
+        """SIGTERM (it withdraws its entries and exits 0); its exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        rc = self.proc.wait(10)
+        self.err.close()
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.err.close()

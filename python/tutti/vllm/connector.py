@@ -7,6 +7,7 @@ different processes and talk only through the metadata vLLM carries.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -166,10 +167,12 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
             return self._worker.take_worker_meta()
 
     def get_kv_connector_stats(self) -> TuttiStats | None:
-        if self._stats.is_empty():
-            return None
-        out = TuttiStats(data=dict(self._stats.data))
-        self._stats.reset()
+        # A worker's fetch thread adds to the stats under store_lock: taken and reset under it too.
+        with self._worker.store_lock if self._worker is not None else contextlib.nullcontext():
+            if self._stats.is_empty():
+                return None
+            out = TuttiStats(data=dict(self._stats.data))
+            self._stats.reset()
         self._totals.aggregate(out)
         if _stats_dir():
             self._dump_totals()

@@ -7,7 +7,9 @@ so "a second process" is real: nothing but the store survives between runs.
 SPEC keys: model, connector ("none" | "tutti" | "example"), extra (connector
 options), prompts (lists of token ids), max_tokens, block_size, max_model_len,
 multiprocess (bool), ttft (measure time to first token per prompt, one at a
-time), concurrent (all prompts in one batch), max_num_batched_tokens,
+time), concurrent (all prompts in one batch), first_token_times (all prompts at
+once through the engine's loop, each one's time to its first token),
+max_num_batched_tokens,
 prefix_caching (vLLM's own), abort_after_s (SIGKILL ourselves mid-run).
 """
 import glob
@@ -109,7 +111,25 @@ def run(spec):
             t = time.perf_counter()
             llm.generate([p], first, use_tqdm=False)
             ttft.append(time.perf_counter() - t)
-    if spec.get("concurrent", True):
+    first_token_s = []
+    if spec.get("first_token_times"):
+        # All prompts at once through the engine's own loop: when each got its first token.
+        eng = llm.llm_engine
+        t = time.perf_counter()
+        index = {}
+        for i, p in enumerate(prompts):  # outputs carry the id given or the engine's own: both known
+            index[str(i)] = index[eng.add_request(str(i), p, greedy)] = i
+        first_at, done = {}, {}
+        while eng.has_unfinished_requests():
+            for r in eng.step():
+                i = index.get(r.request_id)
+                if r.outputs and r.outputs[0].token_ids and i not in first_at:
+                    first_at[i] = time.perf_counter() - t
+                if r.finished:
+                    done[i] = list(r.outputs[0].token_ids)
+        first_token_s = [first_at.get(i) for i in range(len(prompts))]
+        outputs = [done.get(i) for i in range(len(prompts))]
+    elif spec.get("concurrent", True):
         res = llm.generate(prompts, greedy, use_tqdm=False)
         outputs = [list(r.outputs[0].token_ids) for r in res]
     else:
@@ -118,7 +138,7 @@ def run(spec):
             outputs.append(list(res[0].outputs[0].token_ids))
     gen_s = time.perf_counter() - t1
     del llm
-    return {"outputs": outputs, "ttft_s": ttft,
+    return {"outputs": outputs, "ttft_s": ttft, "first_token_s": first_token_s,
             "ttft_median_s": statistics.median(ttft) if ttft else None,
             "init_s": init_s, "gen_s": gen_s, "stats": _stats_totals(stats_dir)}
 
