@@ -188,15 +188,15 @@ class WorkerSide(SavesMixin):
         self._fetches_seen = meta  # start_load_kv may be called twice with one step's metadata
         if self._fetch_q is None:
             self._fetch_q = queue.SimpleQueue()
-            self._fetch_thread = threading.Thread(target=self._fetch_run, name=f"tutti-fetch-{self.rank}",
-                                                  daemon=True)
+            self._fetch_thread = threading.Thread(target=self._fetch_run, args=(self._fetch_q,),
+                                                  name=f"tutti-fetch-{self.rank}", daemon=True)
             self._fetch_thread.start()
         for t in orders:
             self._fetch_q.put(t)
 
-    def _fetch_run(self):
+    def _fetch_run(self, orders):
         while True:
-            t = self._fetch_q.get()
+            t = orders.get()
             if t is None:
                 return
             try:
