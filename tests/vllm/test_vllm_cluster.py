@@ -117,17 +117,23 @@ def test_a_slow_peer_holds_back_only_its_own_request(vtmp, model, prompts, vocab
     not; with step the fetch holds up the step both are in."""
     path_a, _ = node_a
     delay = 2.5
-    owner = Owner(vtmp, path_a, master, env={"TUTTI_CLUSTER_FAULTS": f"serve_delay_s={delay}"})
-    rng = random.Random(11)
-    cold = [rng.randrange(3, vocab) for _ in range(len(prompts[0]))]
+    # A master of its own: the killed owners of the tests above leave entries for A's keys in the
+    # module's master until its client_ttl (60 s) expires, and a new owner's entries do not replace them.
+    own = Master(os.path.join(vtmp, f"master-slow-{fetch}"), client_ttl=60).start()
     try:
-        path_b = os.path.join(vtmp, f"cluster-b-slow-owner-{fetch}", "kv.img")
-        res = run_engine(vtmp, f"cluster-b-slow-owner-{fetch}", model=model, prompts=[prompts[0], cold],
-                         store=path_b, first_token_times=True,
-                         extra={"capacity": "32MiB", **cluster_keys(master), "cluster_fetch": fetch,
-                                "cluster_fetch_timeout_s": 2 * delay + 2})
+        owner = Owner(vtmp, path_a, own, env={"TUTTI_CLUSTER_FAULTS": f"serve_delay_s={delay}"})
+        rng = random.Random(11)
+        cold = [rng.randrange(3, vocab) for _ in range(len(prompts[0]))]
+        try:
+            path_b = os.path.join(vtmp, f"cluster-b-slow-owner-{fetch}", "kv.img")
+            res = run_engine(vtmp, f"cluster-b-slow-owner-{fetch}", model=model, prompts=[prompts[0], cold],
+                             store=path_b, first_token_times=True,
+                             extra={"capacity": "32MiB", **cluster_keys(own), "cluster_fetch": fetch,
+                                    "cluster_fetch_timeout_s": 2 * delay + 2})
+        finally:
+            assert owner.stop() == 0
     finally:
-        assert owner.stop() == 0
+        own.kill()
     remote_s, cold_s = res["first_token_s"]
     work = worker_stats(res)
     seen = (res["first_token_s"], res["stats"])
