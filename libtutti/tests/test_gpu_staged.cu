@@ -319,16 +319,16 @@ static void run(const struct cfg *c)
 			int want = expected_mode(c, dir.c_str());
 
 			tt_file_path_get_stats(path, &ws, 1);
-			if (want == X_MAPPED)
+			if (want == X_MAPPED) {
 				check_threads(c, &ws, name, "written");
-			if (want == X_MAPPED)
 				tap_ok(ws.runs && ws.mapped_runs == ws.runs, "[%s] every write run "
 				       "went by DMA into the mapping (%llu of %llu)", name,
 				       (unsigned long long)ws.mapped_runs,
 				       (unsigned long long)ws.runs);
-			else
+			} else {
 				tap_ok(ws.runs && ws.mapped_runs == 0, "[%s] written with pwrite "
 				       "(%llu mapped runs)", name, (unsigned long long)ws.mapped_runs);
+			}
 		}
 		for (uint32_t i = 0; i < N; i++) {
 			std::vector<char> got((size_t)LAYERS * 2 * SPAN);

@@ -203,15 +203,19 @@ class SchedulerSide:
                 return None, False  # vLLM asks again next step; other requests' steps go on
         elif self.cluster is not None and last < limit:
             # Blocks after the local hit that peers hold: fetched into the store by the workers
-            # before the step's read (vllm/cluster.py); one batched, bounded lookup.
-            last += self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
-                                               [self.key(h) for h in hashes[last:limit]])
+            # before the step's read (vllm/cluster.py).
+            last += self._peers_hold(hashes, last, limit)
         if self.planner is not None and last > first:
             # Remote blocks (the hit's tail) are priced with the measured fetch rate: fetch + load.
             k = self.planner.blocks_to_load(last - first, request.num_prompt_tokens - num_computed_tokens,
                                             remote_blocks=last - st.remote_from)
             st.cut_blocks, last = last - first - k, first + k
         return (last - first) * self.block_size, False
+
+    def _peers_hold(self, hashes, last, limit) -> int:
+        """How many blocks from ``last`` on peers hold for every rank: one batched, bounded lookup."""
+        return self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
+                                          [self.key(h) for h in hashes[last:limit]])
 
     def _fetch_pending(self, request, st, first, last, limit) -> bool:
         """cluster_fetch async: True while the request waits for blocks peers hold (fetched into
@@ -221,23 +225,21 @@ class SchedulerSide:
         req_id = request.request_id
         f = self.fetching.get(req_id)
         if f is not None:
-            if len(f.ranks) >= len(self.ranks):
-                del self.fetching[req_id]
-                st.no_remote = True  # what arrived is local now; what did not is recomputed
-                return False
-            if time.monotonic() < f.deadline:
+            done = len(f.ranks) >= len(self.ranks)
+            if not done and time.monotonic() < f.deadline:
                 return True
+            # Over: what arrived is local now; what did not is recomputed.
             del self.fetching[req_id]
             st.no_remote = True
-            self.stats.add(fetch_timeouts=1)
-            log.warning("tutti cluster: request %s waited %.0f s for its blocks from peers: served with "
-                        "its local hit", req_id, self.cfg.cluster.fetch_wait_s)
+            if not done:
+                self.stats.add(fetch_timeouts=1)
+                log.warning("tutti cluster: request %s waited %.0f s for its blocks from peers: served "
+                            "with its local hit", req_id, self.cfg.cluster.fetch_wait_s)
             return False
         if st.no_remote:
             return False
         hashes = request.block_hashes
-        n = self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
-                                       [self.key(h) for h in hashes[last:limit]])
+        n = self._peers_hold(hashes, last, limit)
         if n <= 0:
             return False
         if self.planner is not None:
