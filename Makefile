@@ -33,7 +33,7 @@ CTESTS := $(basename $(notdir $(wildcard libtutti/tests/test_*.c)))
 CU_SRCS := $(shell find libtutti benchmarks scripts -name '*.cu' | sort)
 
 PHONY_GPU := gpu-lib
-.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan lint fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
+.PHONY: all help deps lib $(PHONY_GPU) ctest ctest-asan lint fuzz-build fuzz-ci fuzz fuzz-seeds cuda-check cuda-check-rest gpu-test gpu-bench venv vllm test test-vllm pytest bench bench-vllm demo hil clean
 
 all: lib
 
@@ -150,9 +150,16 @@ fuzz-seeds: lib
 	rm -f libtutti/fuzz/corpus/*/seed-*
 	$(BUILD)/make_seeds libtutti/fuzz/corpus
 
+# make test: gpu-test already compiles the library, the GPU tests and the benchmarks with the same
+# warnings-as-errors flags, so only the other .cu files are compiled here a second time.
+CUDA_CHECK_SRCS ?= $(CU_SRCS)
+CU_REST := $(filter-out $(GPU_SRCS) libtutti/tests/test_gpu_%.cu libtutti/tests/hd_compile.cu benchmarks/%.cu,$(CU_SRCS))
+cuda-check-rest:
+	@$(MAKE) --no-print-directory cuda-check CUDA_CHECK_SRCS="$(CU_REST)"
+
 cuda-check:
 	@if ! command -v $(NVCC) >/dev/null; then echo "nvcc not found: CUDA compile check skipped"; exit 0; fi; \
-	mkdir -p $(BUILD)/cuda; for f in $(CU_SRCS); do \
+	mkdir -p $(BUILD)/cuda; for f in $(CUDA_CHECK_SRCS); do \
 	  echo "nvcc $$f"; \
 	  $(NVCC) -std=c++17 -arch=sm_90 -Ilibtutti/include -Xcompiler -Wall,-Werror -Werror all-warnings \
 	    -c $$f -o $(BUILD)/cuda/$$(basename $$f .cu).o || exit 1; done
@@ -181,10 +188,10 @@ pytest: venv
 # path, so the vLLM worker's GPU-memory code runs here too, without a GPU.
 TEST_GPU_LIB := $(abspath build/gpu/libtutti_gpu.so)
 
-test: deps lib ctest ctest-asan fuzz-ci cuda-check gpu-test venv lint vllm
+test: deps lib ctest ctest-asan fuzz-ci cuda-check-rest gpu-test venv lint vllm
 	@if [ -z "$$TUTTI_GPU_LIB" ] && [ -f $(TEST_GPU_LIB) ]; then export TUTTI_GPU_LIB=$(TEST_GPU_LIB); fi; \
 	echo "pytest: TUTTI_GPU_LIB=$${TUTTI_GPU_LIB:-(none: GpuStore tests skip)}"; \
-	$(VENV)/bin/python -m pytest -q tests; rc=$$?; \
+	$(VENV)/bin/python -m pytest -q --durations=15 tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test-vllm: vllm
