@@ -144,7 +144,14 @@ class _SlowCluster:
         self.go.wait(10)
         for k in keys:
             self.store.put(k, bytes(self.store.block_bytes))
+        self.gone = ["10.0.0.9:17001"]   # a peer this fetch found stuck (not asked here)
         return [True] * len(keys)
+
+    gone: list = []
+
+    def take_unreachable(self):
+        out, self.gone = self.gone, []
+        return out
 
     def publish(self, keys):
         pass
@@ -185,6 +192,7 @@ def test_the_worker_fetches_on_its_own_thread_and_reports_it(tmp_path):
             break
         time.sleep(0.01)
     assert got is not None and got.fetched == [(0, "r")]
+    assert got.unreachable == ["10.0.0.9:17001"] or w.take_worker_meta().unreachable == ["10.0.0.9:17001"]
     assert w.cluster.calls == [keys[1:]]        # only the remote ones, once
     assert sorted(e.key for e in got.events) == sorted(keys[1:])   # the scheduler's index learns of them
     assert w.stats.data["remote_blocks"] == 3

@@ -72,6 +72,10 @@ def test_options_from_extra_config():
         ClusterConfig.from_extra_config({"cluster_port": "many"})
     with pytest.raises(ClusterError, match="bounded"):
         ClusterConfig.from_extra_config({"cluster_call_timeout_s": 0})
+    assert ClusterConfig.from_extra_config({"cluster_peer_quarantine_s": 0}).peer_quarantine_s == 0
+    for bad in (-1, 3601):
+        with pytest.raises(ClusterError, match="cluster_peer_quarantine_s"):
+            ClusterConfig.from_extra_config({"cluster_peer_quarantine_s": bad})
 
 
 def test_connector_takes_cluster_keys_and_refuses_typos_in_one_line():

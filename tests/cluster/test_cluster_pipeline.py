@@ -41,7 +41,7 @@ def test_a_late_answer_never_changes_a_later_fetch(nodes):
     # only landing slot still targeted by A's late write: the slot is reused, the late write lands in it
     # first, and the second fetch's blocks are still exactly A's (checked on B's copy, not the slot).
     a = nodes("a", env={"TUTTI_CLUSTER_FAULTS": "serve_delay_first_s=3"})
-    b = nodes("b", env={"NODE_FETCH_TIMEOUT": "2", "NODE_INFLIGHT": "1"})
+    b = nodes("b", env={"NODE_FETCH_TIMEOUT": "2", "NODE_INFLIGHT": "1", "NODE_QUARANTINE": "0"})
     a.cmd("put", seeds=[4001, 4002, 4003])
     t0 = time.monotonic()
     first = b.cmd("fetch", seeds=[4001, 4002])

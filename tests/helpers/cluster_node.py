@@ -32,7 +32,8 @@ def main():
                         fetch_timeout_s=float(os.environ.get("NODE_FETCH_TIMEOUT", "5")),
                         keeper_interval_s=0.5, index_bytes=16 << 20,
                         batch_blocks=int(os.environ.get("NODE_BATCH", "8")),
-                        inflight_batches=int(os.environ.get("NODE_INFLIGHT", "4")))
+                        inflight_batches=int(os.environ.get("NODE_INFLIGHT", "4")),
+                        peer_quarantine_s=float(os.environ.get("NODE_QUARANTINE", "30")))
     node = ClusterNode(store, cfg)
     bb = store.block_bytes
     print(json.dumps({"ok": "ready", "block_bytes": bb}), flush=True)

@@ -57,6 +57,7 @@ class ClusterConfig:
     keeper_interval_s: float = 1.0             # how often a node checks its index survived (master restart)
     fetch: str = "async"                       # connector: "async" (a request waits, steps go on) or "step"
     fetch_wait_s: float = 30.0                 # connector, async: longest a request waits for its fetch
+    peer_quarantine_s: float = 30.0            # a peer that failed a fetch is skipped this long (0: never)
 
     @property
     def endpoint(self) -> str:
@@ -89,6 +90,8 @@ class ClusterConfig:
         for name in ("call_timeout_s", "fetch_timeout_s", "keeper_interval_s", "fetch_wait_s"):
             if not 0 < getattr(self, name) <= 3600:
                 raise ClusterError(f"cluster_{name} must be > 0 and at most 3600 s: every wait is bounded")
+        if not 0 <= self.peer_quarantine_s <= 3600:
+            raise ClusterError("cluster_peer_quarantine_s must be between 0 and 3600 s")
         if not 1 <= self.batch_blocks <= 4096:
             raise ClusterError("cluster_batch_blocks must be between 1 and 4096")
         if not 1 <= self.inflight_batches <= MAX_INFLIGHT:

@@ -6,9 +6,12 @@ A node publishes one descriptor object per block its store holds (tutti.cluster.
 
 Publishing the same block from two nodes at once: a name held by another node's valid descriptor is
 left alone (the first one stays), a name that is empty, invalid or this node's own (a stale
-generation) is written.  Two nodes racing on an empty name both write; the last write is what every
-reader sees, and both writers hold the block, so any answer is a correct one — and a fetch checks the
-bytes anyway.
+generation) is written; so is another node's descriptor when that node is in this process's
+quarantine (tutti.cluster.quarantine: it failed a fetch), so a stuck first publisher does not keep
+peers waiting on it.  A publish the master refuses (a killed node's names, until the master drops
+them) or does not answer is retried by the node's keeper.  Two nodes racing on an empty name
+both write; the last write is what every reader sees, and both writers hold the block, so any answer
+is a correct one — and a fetch checks the bytes anyway.
 
 Every Mooncake call is bounded (cluster_call_timeout_s); while the master is unreachable (the node's
 keeper says so) lookups are misses at once instead of timing out one by one.
@@ -39,15 +42,18 @@ log = logging.getLogger("tutti.cluster")
 RECONCILE_CHUNK = 1024     # slot records checked per store-lock hold
 RECONCILE_EVERY_S = 30.0   # a full check at least this often while the store keeps evicting
 MAX_STALE_LATER = 1 << 16  # stale descriptors kept for a later withdrawal while the master is away
+MAX_RETRY = 1 << 16        # slots kept for a later publish while the master refuses or is away
 
 
 class ClusterIndex:
     """Publish, withdraw and look up location descriptors of one store's blocks."""
 
-    def __init__(self, store, link, store_lock, stats, *, endpoint=None):
+    def __init__(self, store, link, store_lock, stats, *, endpoint=None, quarantine=None):
         """``endpoint``: the node whose own entries a lookup leaves out (default: this link's).  The
-        vLLM scheduler looks up through its own link on behalf of its workers' nodes."""
+        vLLM scheduler looks up through its own link on behalf of its workers' nodes.  ``quarantine``
+        (tutti.cluster.quarantine.Quarantine): peers whose descriptors are misses for now."""
         self.store, self.link, self.lock, self.stats = store, link, store_lock, stats
+        self.quarantine = quarantine
         self.fp_id = fingerprint_id(store.fingerprint)
         self.endpoint = endpoint or link.cfg.endpoint
         self.master_up = threading.Event()
@@ -61,6 +67,7 @@ class ClusterIndex:
         self._changes_seen = None   # the store's evictions + corrupt_blocks at the last check
         self._last_full = 0.0
         self._stale_later: list = []  # stale descriptors to withdraw once the master answers
+        self._retry: set = set()      # slots whose publish the master refused or did not answer
 
     # --- names -------------------------------------------------------------------
 
@@ -120,6 +127,7 @@ class ClusterIndex:
         names = [self.name_of(d.key) for d in descs]
         current = self._get_values(names)
         if current is None:
+            self._retry_later(d.slot for d in descs)
             return 0
         put_names, put_values, put_descs = [], [], []
         for name, d, cur in zip(names, descs, current):
@@ -129,7 +137,8 @@ class ClusterIndex:
                     if other == d:
                         self._remember(d.key, d.slot, d.gen)
                         continue  # already there
-                    if other.endpoint != self.endpoint and other.fp_id == self.fp_id:
+                    if (other.endpoint != self.endpoint and other.fp_id == self.fp_id
+                            and not self._quarantined(other.endpoint)):
                         continue  # another node published it first: its descriptor stays
                 except DescriptorError:
                     pass  # garbage under our name: replaced
@@ -138,19 +147,53 @@ class ClusterIndex:
             put_descs.append(d)
         if not put_names:
             return 0
+        done = self._upsert(put_names, put_values, put_descs)
+        self.stats["published"] += done
+        return done
+
+    def _upsert(self, names, values, descs) -> int:
+        """Write descriptors; those Mooncake refuses (upsert_batch says only that one did) are found by
+        halving the batch and kept for the keeper to retry: a name whose dead owner's metadata the master
+        still holds is refused until the master drops it, and must not hold back the rest."""
         try:
-            rc = self.link.call(self.link.store.upsert_batch, put_names, put_values,
-                                self.link.replicate_here(), what=f"publish {len(put_names)} blocks")
+            rc = self.link.call(self.link.store.upsert_batch, names, values,
+                                self.link.replicate_here(), what=f"publish {len(names)} blocks")
         except CallTimeout as e:
             log.warning("tutti cluster: %s", e)
+            self._retry_later(d.slot for d in descs)
             return 0
-        if rc != 0:
-            log.warning("tutti cluster: publishing %d blocks failed (mooncake rc %s)", len(put_names), rc)
+        if rc == 0:
+            for d in descs:
+                self._remember(d.key, d.slot, d.gen)
+                self._retry.discard(d.slot)
+            return len(descs)
+        if len(names) == 1:
+            log.info("tutti cluster: publishing %s refused (mooncake rc %s): retried", names[0], rc)
+            self._retry_later([descs[0].slot])
             return 0
-        for d in put_descs:
-            self._remember(d.key, d.slot, d.gen)
-        self.stats["published"] += len(put_names)
-        return len(put_names)
+        h = len(names) // 2
+        return (self._upsert(names[:h], values[:h], descs[:h])
+                + self._upsert(names[h:], values[h:], descs[h:]))
+
+    def _retry_later(self, slots) -> None:
+        for slot in slots:
+            if len(self._retry) >= MAX_RETRY:
+                self.stats["publish_dropped"] += 1  # the next full re-publish (master restart) has it
+                continue
+            self._retry.add(slot)
+
+    def retry_publish(self) -> int:
+        """Publish again what the master refused or could not take (the keeper calls this)."""
+        with self._mutate:
+            if not self._retry:
+                return 0
+            slots = sorted(self._retry)
+            self._retry.clear()
+            self.stats["publish_retries"] += 1
+            return self._publish_slots(slots)
+
+    def _quarantined(self, endpoint: str) -> bool:
+        return self.quarantine is not None and self.quarantine.holds(endpoint)
 
     def _remember(self, key: bytes, slot: int, gen: int) -> None:
         old = self._slot_of.get(key)
@@ -340,7 +383,13 @@ class ClusterIndex:
                 log.info("tutti cluster: descriptor of %s rejected: %s", sk.hex(), e)
                 out.append(None)
                 continue
-            out.append(None if d.endpoint == self.endpoint else d)
+            if d.endpoint == self.endpoint:
+                out.append(None)
+            elif self._quarantined(d.endpoint):
+                self.stats["misses_quarantined"] += 1
+                out.append(None)
+            else:
+                out.append(d)
         return out
 
     def lookup_prefix(self, keys) -> int:

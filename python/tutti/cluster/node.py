@@ -24,6 +24,7 @@ from .config import ClusterConfig
 from .errors import ClusterError
 from .index import ClusterIndex
 from .link import Link
+from .quarantine import Quarantine
 from .transfer import Transfers, contiguous_memmap
 
 log = logging.getLogger("tutti.cluster")
@@ -38,8 +39,9 @@ class ClusterNode:
         self.store_lock = store_lock or threading.RLock()
         self.stats: collections.Counter = collections.Counter()
         self.link = Link(cfg, Transfers.staging_bytes(store.block_bytes, cfg))
-        self.index = ClusterIndex(store, self.link, self.store_lock, self.stats)
-        self.transfers = Transfers(store, self.link, self.store_lock, self.stats)
+        self.quarantine = Quarantine(cfg.peer_quarantine_s)
+        self.index = ClusterIndex(store, self.link, self.store_lock, self.stats, quarantine=self.quarantine)
+        self.transfers = Transfers(store, self.link, self.store_lock, self.stats, self.quarantine)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._dispatch, name="tutti-cluster-notify", daemon=True),
                          threading.Thread(target=self._keep, name="tutti-cluster-keeper", daemon=True)]
@@ -159,7 +161,7 @@ class ClusterNode:
     def info(self) -> dict:
         return {"endpoint": self.cfg.endpoint, "store_uuid": self.store.uuid,
                 "master": self.cfg.master, "master_up": self.index.master_up.is_set(),
-                "stats": dict(self.stats)}
+                "quarantined": self.quarantine.active(), "stats": dict(self.stats)}
 
     # --- lifetime ---------------------------------------------------------------------
 
@@ -224,6 +226,10 @@ class ClusterNode:
                     log.info("tutti cluster: re-published %d blocks", n)
                 except CallTimeout as e:
                     log.info("tutti cluster: re-publish: %s", e)
+            try:  # what the master refused or did not answer before
+                idx.retry_publish()
+            except CallTimeout as e:
+                log.info("tutti cluster: publishing again: %s", e)
             try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
                 idx.check_evictions()
             except CallTimeout as e:

@@ -118,8 +118,9 @@ class _Landing:
 class Transfers:
     """Both ends of block transfers for one node (ClusterNode owns it; start() its serve threads)."""
 
-    def __init__(self, store, link, store_lock, stats):
+    def __init__(self, store, link, store_lock, stats, quarantine=None):
         self.store, self.link, self.lock, self.stats = store, link, store_lock, stats
+        self.quarantine = quarantine  # owners that fail a fetch go there (tutti.cluster.quarantine)
         self.cfg = link.cfg
         self.bb = store.block_bytes
         n = self.cfg.batch_blocks
@@ -387,6 +388,10 @@ class Transfers:
                         todo.popleft()
                         self._count("misses_timeout", len(descs))
                         continue
+                    if self.quarantine is not None and self.quarantine.holds(peer):  # failed another fetch
+                        todo.popleft()
+                        self._count("misses_quarantined", len(descs))
+                        continue
                     # With batches of our own in flight, only a slot free now: else wait for our answers.
                     slot = self._landing.take(0 if inflight else self.cfg.fetch_timeout_s)
                     if slot is None:
@@ -399,7 +404,7 @@ class Transfers:
                     rid, sent = self._ask(peer, descs, slot, replies)
                     if not sent:  # set aside: a notify that timed out in C may still reach the owner
                         self._expire(rid, slot)
-                        failed.add(peer)
+                        self._failed(failed, peer)
                         self._count("misses_unreachable", len(descs))
                         continue
                     inflight[rid] = (i, slot, time.monotonic() + self.cfg.fetch_timeout_s)
@@ -414,7 +419,7 @@ class Transfers:
                         if deadline <= now:
                             del inflight[rid]
                             self._expire(rid, slot)
-                            failed.add(batches[i][0])
+                            self._failed(failed, batches[i][0])
                             self._count("misses_timeout", len(batches[i][1]))
                     continue
                 entry = inflight.pop(rid, None)
@@ -432,6 +437,11 @@ class Transfers:
             for rid, (_, slot, _) in inflight.items():  # only on an exception: the owners may still write
                 self._expire(rid, slot)
         return results
+
+    def _failed(self, failed: set, peer: str) -> None:
+        failed.add(peer)
+        if self.quarantine is not None:
+            self.quarantine.add(peer)
 
     def _ask(self, peer: str, descs, slot: int, replies) -> tuple:
         """Send the "get" of ``descs`` into landing ``slot``: (its request id, whether ``peer`` was

@@ -27,6 +27,7 @@ import queue
 import threading
 from typing import Any
 
+from ..cluster.quarantine import Quarantine
 from ..errors import CallTimeout, ClusterError
 
 log = logging.getLogger("vllm.tutti")
@@ -72,6 +73,7 @@ class SchedulerCluster:
         self.worker_endpoints = [worker_config(ccfg, r).endpoint for r in range(tp_size)]
         self.stats: collections.Counter = collections.Counter()
         self.master_up = threading.Event()
+        self.quarantine = Quarantine(ccfg.peer_quarantine_s)  # peers the workers' fetches found gone
         self.link: Any = None  # tutti.cluster.link.Link once connected
         self._indexes: dict = {}
         self._stop = threading.Event()
@@ -113,7 +115,7 @@ class SchedulerCluster:
         if idx is None or idx.store is not snapshot:
             from ..cluster.index import ClusterIndex
             idx = ClusterIndex(snapshot, self.link, _NoLock(), self.stats,
-                               endpoint=self.worker_endpoints[rank])
+                               endpoint=self.worker_endpoints[rank], quarantine=self.quarantine)
             idx.master_up = self.master_up
             self._indexes[rank] = idx
         return idx
@@ -210,6 +212,10 @@ class WorkerCluster:
         except (CallTimeout, ClusterError, OSError) as e:  # the store's put failing: a miss, said once
             log.warning("tutti cluster: fetching %d blocks failed: %s", len(keys), e)
             return [False] * len(keys)
+
+    def take_unreachable(self) -> list:
+        """Peers this rank's fetches found gone since the last call (for the scheduler's lookups)."""
+        return self.node.quarantine.take_new() if self.node is not None else []
 
     def stats(self) -> dict:
         return dict(self.node.stats) if self.node is not None else {}

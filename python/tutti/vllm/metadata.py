@@ -96,6 +96,8 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     save offered in a step <= ``step`` still needs its vLLM blocks on that rank (so a request whose
     last save is that old can free its blocks at once when it finishes).  ``fetched``: (rank, req_id)
     of fetches (``TuttiMetadata.fetches``) that rank finished, its blocks' events sent with it or before.
+    ``unreachable``: peers (endpoints) a rank's fetch could not reach or that let it time out: the
+    scheduler's lookups skip them for cluster_peer_quarantine_s (tutti.cluster.quarantine).
     """
 
     events: list = field(default_factory=list)
@@ -109,6 +111,7 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     step_perf: list = field(default_factory=list)
     fetch_perf: list = field(default_factory=list)
     fetched: list = field(default_factory=list)
+    unreachable: list = field(default_factory=list)
 
     def aggregate(self, other: "TuttiWorkerMeta | None") -> "TuttiWorkerMeta":
         if other is None:
@@ -121,4 +124,5 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
                                load_perf=self.load_perf + getattr(other, "load_perf", []),
                                step_perf=self.step_perf + getattr(other, "step_perf", []),
                                fetch_perf=self.fetch_perf + getattr(other, "fetch_perf", []),
-                               fetched=self.fetched + getattr(other, "fetched", []))
+                               fetched=self.fetched + getattr(other, "fetched", []),
+                               unreachable=self.unreachable + getattr(other, "unreachable", []))

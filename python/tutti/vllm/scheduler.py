@@ -484,6 +484,9 @@ class SchedulerSide:
             f = self.fetching.get(req_id)
             if f is not None:
                 f.ranks.add(rank)
+        if self.cluster is not None:
+            for endpoint in getattr(meta, "unreachable", ()):
+                self.cluster.quarantine.add(endpoint)
         if self.planner is not None:
             self._take_perf(meta)
         for ev in meta.events:

@@ -422,8 +422,9 @@ class WorkerSide(SavesMixin):
     def take_worker_meta(self):
         drained = self.drained_step() if self._deferred else None
         new_drained = drained != self._drained_sent
+        unreachable = self.cluster.take_unreachable() if self.cluster is not None else []
         if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
-                or self._load_perf or self._step_perf or self._fetch_perf or self._fetched):
+                or self._load_perf or self._step_perf or self._fetch_perf or self._fetched or unreachable):
             return None
         if self.cluster is not None:  # this step's commits: published by the node's thread
             self.cluster.publish([e.key for e in self._events if e.key is not None])
@@ -431,7 +432,7 @@ class WorkerSide(SavesMixin):
                                failures=list(self._unacked.values()), unsaved=self._unsaved,
                                drained=[(self.rank, drained)] if new_drained else [],
                                load_perf=self._load_perf, step_perf=self._step_perf,
-                               fetch_perf=self._fetch_perf, fetched=self._fetched)
+                               fetch_perf=self._fetch_perf, fetched=self._fetched, unreachable=unreachable)
         self._drained_sent = drained
         self._events, self._missing, self._unsaved = [], [], []
         self._load_perf, self._step_perf, self._fetch_perf, self._fetched = [], [], [], []
