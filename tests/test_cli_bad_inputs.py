@@ -50,6 +50,30 @@ class E:
 
 SMALL = {"--layers": "2", "--kv-heads": "1", "--head-dim": "64", "--dtype": "bfloat16", "--model-id": "test/small"}
 
+
+def _fake_admin() -> str:
+    """A stand-in for mooncake_master's admin HTTP service (an empty cluster), so that `cluster status
+    --names-only` has a line that succeeds without a master."""
+    import http.server
+    import threading
+
+    class Admin(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            body = b'{"status":"ok","role":"leader"}' if self.path == "/health" else b""
+            self.send_response(200 if self.path in ("/health", "/get_all_keys") else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Admin)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+FAKE_ADMIN = _fake_admin()
+
 # Valid command lines: (arguments, options); a None option value is a flag.
 BASE = {
     "format": ([E("store.img")], {**SMALL, "--slots": "4", "--force": None, "--yes": None}),
@@ -72,6 +96,7 @@ BASE = {
     # a group: only its own options (--help) are tried on it; its commands have lines of their own
     "cluster": ([], {}),
     "cluster serve": ([E("store.img")], {"--check": None}),  # options and store checked, no cluster joined
+    "cluster status": ([], {"--admin": FAKE_ADMIN, "--names-only": None}),  # the master's view only
 }
 # Options a tested option cannot be given with: dropped from the base line first.
 DROPS = {"model_config": ("--layers", "--kv-heads", "--head-dim"), "capacity": ("--slots",),
@@ -279,6 +304,10 @@ OPTIONS.update({
                                   ("unknown key", "cluster_nope=1", U), ("not a number", "cluster_port=x", U),
                                   ("unbounded wait", "cluster_call_timeout_s=inf", U),
                                   ("control character", "cluster_host=a\nb", U)),
+    "admin": lambda cmd: [("empty", "", U), ("no scheme", "127.0.0.1:9003", U), ("a file", "file:///etc/passwd", U),
+                          ("space", "http://a b", U), ("newline", "http://a\nb", U), ("not UTF-8", NOT_UTF8, U),
+                          ("nothing there", "http://127.0.0.1:1", S)],
+    "names_only": flag,
     "compare": choice("LMCACHE", "mooncake"),
     "lmcache_python": lambda cmd: _inputs(),
     "prometheus": flag, "rated_tbw": finite(), "dwpd": finite(), "warranty_years": finite(),
@@ -295,7 +324,8 @@ def store_places(cmd):
 
 
 # Catalogue entries keyed by (command, parameter) where one parameter name means different things.
-OPTIONS_BY_COMMAND = {("profile", "device"): choice("cpu:1", "meta", "cuda:99"), ("doctor", "paths"): store_places}
+OPTIONS_BY_COMMAND = {("profile", "device"): choice("cpu:1", "meta", "cuda:99"), ("doctor", "paths"): store_places,
+                      ("cluster status", "port"): whole(0, lambda: 65535)}  # 0: a free port
 
 
 # ------------------------------------------------------------ the tree

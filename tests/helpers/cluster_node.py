@@ -85,6 +85,9 @@ def main():
                 out = node.link.store.get(name).hex()
             elif op == "info":
                 out = node.info()
+            elif op == "record":  # refresh this node's record now (the keeper does every 10 s)
+                node.index.publish_record()
+                out = True
             elif op == "close":
                 node.close()
                 print(json.dumps({"ok": True}), flush=True)

@@ -8,6 +8,7 @@ to the tests.  Needs ``pip install 'tutti[cluster]'`` (Mooncake).
 """
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 
@@ -19,7 +20,7 @@ from .common import EXIT_CODES, EXIT_STORE, EXIT_USAGE, CliError, _emit_json, _j
 
 @main.group("cluster", cls=AdminGroup, epilog=EXIT_CODES)
 def cluster_group():
-    """The cluster tier on Mooncake: serve a store's blocks to other nodes."""
+    """The cluster tier on Mooncake: serve a store's blocks to other nodes, show what the cluster holds."""
 
 
 @cluster_group.command("serve", epilog=EXIT_CODES)
@@ -90,3 +91,61 @@ def serve_cmd(paths, master, metadata, host, port, options, check_only, as_json)
                 pass
         finally:
             node.close()
+
+
+@cluster_group.command("status", epilog=EXIT_CODES)
+@click.option("--master", default="127.0.0.1:50051", show_default=True, help="mooncake_master RPC address")
+@click.option("--metadata", default="http://127.0.0.1:8080/metadata", show_default=True,
+              help="the master's HTTP metadata server")
+@click.option("--admin", default=None, metavar="URL",
+              help="the master's admin HTTP service (--metrics_port) [default: http://MASTER-HOST:9003]")
+@click.option("--host", default="127.0.0.1", show_default=True, help="this client's address (it reads records)")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="this client's transfer port (0: a free one)")
+@click.option("--names-only", is_flag=True, help="list nodes and counts from the master only; read no record")
+@_json_opt
+def status_cmd(master, metadata, admin, host, port, names_only, as_json):
+    """Nodes, blocks and counters of every model in the cluster.
+
+    One line per node: the blocks its store holds, what it published, served and fetched, peers it
+    skips for now (quarantined), and how old its record is (each node refreshes it every 10 s). Reads the
+    master's admin HTTP service and, through a lookup-only client, the nodes' records.
+    """
+    from ..cluster import ClusterConfig
+    from ..cluster.errors import ClusterError
+    from ..cluster.local_master import free_port
+    from ..cluster.status import gather
+
+    if admin is None:
+        admin = f"http://{master.rpartition(':')[0] or '127.0.0.1'}:9003"
+    if not admin.startswith(("http://", "https://")) or any(ord(c) <= 32 for c in admin) or len(admin) > 1024:
+        raise CliError(f"--admin {admin[:60]!r}: expected an http:// or https:// URL", EXIT_USAGE)
+    try:
+        cfg = ClusterConfig(master=master, metadata=metadata, host=host, port=port or free_port())
+        cfg.check()
+    except ClusterError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    try:  # the records through a lookup-only client, as the vLLM scheduler's: no segment of its own
+        st = gather(admin, None if names_only else dataclasses.replace(cfg, index_bytes=0))
+    except ClusterError as e:
+        raise CliError(str(e), EXIT_STORE) from None
+    if as_json:
+        _emit_json(st)
+        return
+    m = st["master"]
+    click.echo(f"master {master}: {m.get('role', '?')}, {m.get('ha_state', m.get('status', '?'))} "
+               f"(admin {st['admin']}); {len(st['models'])} model(s)")
+    for model in st["models"]:
+        click.echo(f"model {model['model'] or '?'} (index {model['fp_id'][:12]}…): {len(model['nodes'])} node(s), "
+                   f"{model['descriptors']} blocks indexed")
+        for n in model["nodes"]:
+            s = n.get("stats", {})
+            if n.get("unread") or n.get("old_record"):
+                click.echo(f"  {n['endpoint']}: {'record not read' if n.get('unread') else 'no counters (older node)'}")
+                continue
+            mib = 1 << 20
+            q = ", ".join(n.get("quarantined") or []) or "none"
+            click.echo(f"  {n['endpoint']}: {n.get('blocks', '?')}/{n.get('slots', '?')} blocks held, "
+                       f"published {s.get('published', 0)}, served {s.get('blocks_served', 0)} "
+                       f"({s.get('bytes_served', 0) / mib:.1f} MiB), fetched {s.get('remote_hits', 0)} "
+                       f"({s.get('bytes_fetched', 0) / mib:.1f} MiB), skipping {q}; record {n.get('age_s', '?')} s old")

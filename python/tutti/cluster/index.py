@@ -27,6 +27,7 @@ generation.  A withdrawal removes a name only while it still holds that exact st
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -214,10 +215,25 @@ class ClusterIndex:
         n = 0
         for i in range(0, len(slots), chunk):
             n += self.publish_slots(slots[i:i + chunk])
-        self.link.call(self.link.store.upsert, self.node_record, self.endpoint.encode(),
-                       self.link.replicate_here(), what="publish node record")
         self.stats["republished"] += 1
+        self.publish_record()
         return n
+
+    def record(self) -> dict:
+        """What this node's record says about it (``tutti-admin cluster status`` reads it)."""
+        with self.lock:
+            info = self.store.info()
+        return {"v": 1, "endpoint": self.endpoint, "store_uuid": info["uuid"],
+                "model": info["fingerprint"].get("model_id"), "tp_rank": info["fingerprint"].get("tp_rank"),
+                "blocks": info["n_committed"], "slots": info["n_committed"] + info["n_free"],
+                "quarantined": self.quarantine.active() if self.quarantine is not None else [],
+                "stats": dict(self.stats), "at": time.time()}
+
+    def publish_record(self) -> None:
+        """Write this node's record: its presence tells the keeper the index survived the master, its
+        value (JSON, ``record()``) is this node's line in ``tutti-admin cluster status``."""
+        self.link.call(self.link.store.upsert, self.node_record, json.dumps(self.record()).encode(),
+                       self.link.replicate_here(), what="publish node record")
 
     def withdraw(self, keys) -> int:
         """Remove this node's descriptors of connector ``keys`` (before or after its store drops them)."""

@@ -18,6 +18,7 @@ import itertools
 import logging
 import mmap
 import threading
+import time
 
 from .bounded import CallTimeout
 from .config import ClusterConfig
@@ -28,6 +29,8 @@ from .quarantine import Quarantine
 from .transfer import Transfers, contiguous_memmap
 
 log = logging.getLogger("tutti.cluster")
+
+RECORD_EVERY_S = 10.0  # how often the keeper refreshes this node's record (its counters)
 
 
 class ClusterNode:
@@ -208,6 +211,7 @@ class ClusterNode:
 
     def _keep(self) -> None:
         idx, link = self.index, self.link
+        last_record = time.monotonic()
         while not self._stop.wait(self.cfg.keeper_interval_s):
             try:
                 there = link.call(link.store.is_exist, idx.node_record, what="check node record")
@@ -230,6 +234,12 @@ class ClusterNode:
                 idx.retry_publish()
             except CallTimeout as e:
                 log.info("tutti cluster: publishing again: %s", e)
+            if time.monotonic() - last_record >= RECORD_EVERY_S:  # this node's line in `cluster status`
+                last_record = time.monotonic()
+                try:
+                    idx.publish_record()
+                except CallTimeout as e:
+                    log.info("tutti cluster: node record: %s", e)
             try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
                 idx.check_evictions()
             except CallTimeout as e:
