@@ -106,6 +106,20 @@ def test_refused_names_do_not_hold_back_the_rest_and_are_retried(make_store):
     store.close()
 
 
+def test_a_master_refusing_everything_costs_a_few_calls_not_one_per_name(make_store):
+    from tutti.cluster.index import UPSERT_CALLS
+
+    store, mc, idx = _index(make_store)
+    keys = [f"k{i}".encode() for i in range(30)]
+    for k in keys:
+        store.put(k, bytes(store.block_bytes))
+    mc.refuse = {idx.name_of(idx.store_key(k)) for k in keys}
+    assert idx.publish(keys) == 0 and mc.batches <= UPSERT_CALLS
+    mc.refuse = set()
+    assert idx.retry_publish() == 30    # every one kept for the keeper
+    store.close()
+
+
 def test_a_publish_the_master_did_not_answer_is_retried(make_store):
     store, mc, idx = _index(make_store)
     store.put(b"x", bytes(store.block_bytes))

@@ -44,6 +44,7 @@ RECONCILE_CHUNK = 1024     # slot records checked per store-lock hold
 RECONCILE_EVERY_S = 30.0   # a full check at least this often while the store keeps evicting
 MAX_STALE_LATER = 1 << 16  # stale descriptors kept for a later withdrawal while the master is away
 MAX_RETRY = 1 << 16        # slots kept for a later publish while the master refuses or is away
+UPSERT_CALLS = 32          # calls one publish may spend finding the names the master refuses
 
 
 class ClusterIndex:
@@ -148,14 +149,19 @@ class ClusterIndex:
             put_descs.append(d)
         if not put_names:
             return 0
-        done = self._upsert(put_names, put_values, put_descs)
+        done = self._upsert(put_names, put_values, put_descs, [UPSERT_CALLS])
         self.stats["published"] += done
         return done
 
-    def _upsert(self, names, values, descs) -> int:
+    def _upsert(self, names, values, descs, budget: list) -> int:
         """Write descriptors; those Mooncake refuses (upsert_batch says only that one did) are found by
         halving the batch and kept for the keeper to retry: a name whose dead owner's metadata the master
-        still holds is refused until the master drops it, and must not hold back the rest."""
+        still holds is refused until the master drops it, and must not hold back the rest.  At most
+        ``budget[0]`` calls (a master that refuses everything, e.g. a full segment, costs a few, not 2N)."""
+        if budget[0] <= 0:
+            self._retry_later(d.slot for d in descs)
+            return 0
+        budget[0] -= 1
         try:
             rc = self.link.call(self.link.store.upsert_batch, names, values,
                                 self.link.replicate_here(), what=f"publish {len(names)} blocks")
@@ -173,8 +179,8 @@ class ClusterIndex:
             self._retry_later([descs[0].slot])
             return 0
         h = len(names) // 2
-        return (self._upsert(names[:h], values[:h], descs[:h])
-                + self._upsert(names[h:], values[h:], descs[h:]))
+        return (self._upsert(names[:h], values[:h], descs[:h], budget)
+                + self._upsert(names[h:], values[h:], descs[h:], budget))
 
     def _retry_later(self, slots) -> None:
         for slot in slots:
