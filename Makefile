@@ -138,7 +138,7 @@ fuzz-build:
 	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
 
 fuzz-ci: fuzz-build
-	scripts/fuzz.sh --build $(FUZZ_BUILD) --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	scripts/fuzz.sh --build $(FUZZ_BUILD) --jobs $$(nproc) --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 fuzz: fuzz-build
 	scripts/fuzz.sh --build $(FUZZ_BUILD) --runs $(FUZZ_RUNS) $(FUZZ_TARGETS)

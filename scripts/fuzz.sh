@@ -5,16 +5,19 @@
 # copy under the build folder).  Prints one summary line per target; exits 1
 # if any target crashed, leaked, hit a sanitizer or timed out on an input (its
 # input is then under <build>/artifacts/: add it to the corpus as regress-*).
-#   scripts/fuzz.sh [--build DIR] (--seconds S | --runs N) TARGET...
+# --jobs J: J targets at once (each fuzzer is one process on one core).
+#   scripts/fuzz.sh [--build DIR] [--jobs J] (--seconds S | --runs N) TARGET...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/fuzz
 limit=(-max_total_time=45)
+jobs=1
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--build) build=$2; shift 2 ;;
 	--seconds) limit=(-max_total_time="$2"); shift 2 ;;
 	--runs) limit=(-runs="$2"); shift 2 ;;
+	--jobs) jobs=$2; shift 2 ;;
 	--) shift; break ;;
 	-*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
 	*) break ;;
@@ -23,14 +26,13 @@ done
 [ $# -gt 0 ] || { echo "usage: $0 [--build DIR] (--seconds S | --runs N) TARGET..." >&2; exit 2; }
 
 mkdir -p "$build/artifacts" "$build/logs"
-fail=0
-for t in "$@"; do
-	work="$build/work/$t"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --jobs wants a whole number >= 1" >&2; exit 2; }
+
+fuzz_one() {
+	local t=$1 work="$build/work/$1" log="$build/logs/$1.log" start rc=0 secs runs reports
 	rm -rf "$work"
 	mkdir -p "$work"
-	log="$build/logs/$t.log"
 	start=$(date +%s)
-	rc=0
 	# -timeout: an input that takes 10 s is a hang (no wait is unbounded);
 	# -rss_limit_mb: the largest legal allocation here is far below it.
 	"$build/$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
@@ -41,8 +43,21 @@ for t in "$@"; do
 	reports=$(grep -cE 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|broken:' "$log" || true)
 	echo "$t: rc=$rc runs=${runs:-?} seconds=$secs exec/s=$(( ${runs:-0} / (secs > 0 ? secs : 1) )) reports=$reports corpus=$(ls "$work" | wc -l)+$(ls "libtutti/fuzz/corpus/$t" | wc -l)"
 	if [ "$rc" -ne 0 ] || [ "$reports" -ne 0 ]; then
-		fail=1
 		tail -40 "$log" >&2
+		return 1
 	fi
+}
+
+fail=0
+for t in "$@"; do
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+		sleep 0.2
+	done
+	rm -f "$build/logs/$t.failed"
+	{ fuzz_one "$t" || touch "$build/logs/$t.failed"; } &
+done
+wait
+for t in "$@"; do
+	[ ! -e "$build/logs/$t.failed" ] || fail=1
 done
 exit $fail
