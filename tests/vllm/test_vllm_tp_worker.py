@@ -25,16 +25,39 @@ from tutti import Store
 WORLD = 2
 
 
+def _via_zygote(d, tag, argv, env):
+    """A rank forked from the session's zygote (tutti.vllm.zygote: torch and the connector imported
+    once): (rc, stdout, stderr), or None without a zygote."""
+    from tutti.vllm import zygote
+    out, err = os.path.join(d, f"{tag}.out"), os.path.join(d, f"{tag}.err")
+    try:
+        rc = zygote.call(os.environ.get("TUTTI_RUNNER_ZYGOTE"), {"argv": argv, "stdout": out, "log": err,
+                                                                  "env": env, "cwd": os.getcwd()}, 180)
+    except subprocess.TimeoutExpired:
+        rc = -9
+    if rc is None:
+        return None
+    with open(out) as fo, open(err) as fe:
+        return rc, fo.read(), fe.read()
+
+
 def run_ranks(d, mode, steps, env_by_rank=None):
     rdv = os.path.join(d, f"rdv-{mode}-{time.monotonic_ns()}")
-    procs = []
+    argvs, envs = [], []
     for r in range(WORLD):
-        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..") + os.pathsep
-                   + os.environ.get("PYTHONPATH", ""), **(env_by_rank or {}).get(r, {}))
-        procs.append(subprocess.Popen(
-            [sys.executable, HELPER, mode, "--rank", str(r), "--world", str(WORLD), "--dir", d,
-             "--rdv", rdv, "--steps", ",".join(map(str, steps))],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        envs.append(dict(os.environ, PYTHONPATH=os.path.join(HERE, "..") + os.pathsep
+                         + os.environ.get("PYTHONPATH", ""), **(env_by_rank or {}).get(r, {})))
+        argvs.append([HELPER, mode, "--rank", str(r), "--world", str(WORLD), "--dir", d,
+                      "--rdv", rdv, "--steps", ",".join(map(str, steps))])
+    if os.environ.get("TUTTI_RUNNER_ZYGOTE"):
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(WORLD) as ex:
+            got = list(ex.map(lambda r: _via_zygote(d, f"{mode}-r{r}-{time.monotonic_ns()}", argvs[r], envs[r]),
+                              range(WORLD)))
+        if all(g is not None for g in got):
+            return got
+    procs = [subprocess.Popen([sys.executable, *argvs[r]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=envs[r]) for r in range(WORLD)]
     out = []
     for p in procs:
         try:

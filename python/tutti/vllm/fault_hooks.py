@@ -17,25 +17,36 @@ import os
 
 LOAD_FAULTS = ("none", "missing", "checksum", "eio", "unwaited")
 
-_crash_after = [int(os.environ.get("TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS", "0"))]
-_load_plan = [k for k in os.environ.get("TUTTI_VLLM_TEST_LOAD_FAULTS", "").split(",") if k]
-if any(k not in LOAD_FAULTS for k in _load_plan):
-    raise ValueError(f"TUTTI_VLLM_TEST_LOAD_FAULTS: kinds are {', '.join(LOAD_FAULTS)}")
+_plan: dict = {}
+
+
+def _faults() -> dict:
+    """This process's plan, read from its environment at first use (not at import: a process forked
+    from one that imported this module, as the tests' zygote does, has an environment of its own)."""
+    if _plan.get("pid") != os.getpid():
+        loads = [k for k in os.environ.get("TUTTI_VLLM_TEST_LOAD_FAULTS", "").split(",") if k]
+        if any(k not in LOAD_FAULTS for k in loads):
+            raise ValueError(f"TUTTI_VLLM_TEST_LOAD_FAULTS: kinds are {', '.join(LOAD_FAULTS)}")
+        _plan.update(pid=os.getpid(), loads=loads,
+                     crash_after=int(os.environ.get("TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS", "0")))
+    return _plan
 
 
 def crash_point():
     """SIGKILL this process after N layers of saves were submitted (mid-transaction)."""
-    if _crash_after[0] > 0:
-        _crash_after[0] -= 1
-        if _crash_after[0] == 0:
+    f = _faults()
+    if f["crash_after"] > 0:
+        f["crash_after"] -= 1
+        if f["crash_after"] == 0:
             os.kill(os.getpid(), 9)
 
 
 def next_load_fault(store, keys):
     """The fault planned for this load (None: none); makes missing/checksum happen on disk."""
-    if not _load_plan:
+    plan = _faults()["loads"]
+    if not plan:
         return None
-    kind = _load_plan.pop(0)
+    kind = plan.pop(0)
     victim = keys[len(keys) // 2]
     slot = store.lookup([victim])[0]
     if kind == "missing" and slot is not None:

@@ -15,7 +15,6 @@ prefix_caching (vLLM's own), abort_after_s (SIGKILL ourselves mid-run).
 import glob
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,48 +58,14 @@ def launch(work, name, spec, *, env_extra=None, timeout=None):
 def _via_zygote(path, sp, op, lp, env, timeout):
     """Run through a zygote (tutti.vllm.zygote: a fork of a process that already imported vLLM): the
     run's exit code, or None when there is no zygote to ask (then a fresh interpreter runs it).
-    Past ``timeout`` the run is killed (the zygote kills it when this end closes) and
-    subprocess.TimeoutExpired raised, as subprocess.call does."""
-    if not path:
-        return None
-    argv = [sys.executable, "-m", "tutti.vllm.runner", sp, op]
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    Past ``timeout`` the run is killed and subprocess.TimeoutExpired raised, as subprocess.call does."""
+    from . import zygote
+
     try:
-        sock.settimeout(5)
-        try:
-            sock.connect(path)
-            sock.sendall((json.dumps({"spec": sp, "out": op, "log": lp, "env": env,
-                                      "cwd": os.getcwd()}) + "\n").encode())
-        except OSError:
-            return None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        buf, pid = b"", None
-        while True:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(argv, timeout)
-            sock.settimeout(left)  # the first answer ("pid") comes after the zygote's own import
-            try:
-                chunk = sock.recv(4096)
-            except socket.timeout:
-                raise subprocess.TimeoutExpired(argv, timeout) from None
-            except OSError:
-                chunk = b""
-            if not chunk:
-                if pid is None:
-                    return None  # the zygote went away before forking: run it here
-                raise RunnerFailed(os.path.basename(os.path.dirname(sp)), -1,
-                                   "the zygote running this engine went away", lp)
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                msg = json.loads(line)
-                if "pid" in msg:
-                    pid = msg["pid"]
-                elif "rc" in msg:
-                    return msg["rc"]
-    finally:
-        sock.close()
+        return zygote.call(path, {"spec": sp, "out": op, "log": lp, "env": env, "cwd": os.getcwd()}, timeout)
+    except zygote.ZygoteGone:
+        raise RunnerFailed(os.path.basename(os.path.dirname(sp)), -1,
+                           "the zygote running this engine went away", lp) from None
 
 
 def _stats_totals(stats_dir):

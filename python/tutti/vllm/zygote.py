@@ -8,11 +8,12 @@ so each run is still a process of its own (its own store handles, its own engine
 nothing but the store survives between two runs, as with a fresh interpreter.
 
 ``runner.launch`` uses it when ``TUTTI_RUNNER_ZYGOTE`` names its socket (the test session starts one)
-and falls back to a fresh interpreter when it cannot be reached.  One connection per run: the client
-sends one JSON line (spec, out and log paths, environment, cwd); the zygote answers ``{"pid": N}`` once
-forked and ``{"rc": N}`` (N < 0: killed by signal -N) when the run exits.  A client that goes away first
-(its timeout) has the run's whole process group killed.  The zygote stays single-threaded (it forks),
-and exits when its parent does.
+and falls back to a fresh interpreter when it cannot be reached; so do the tests' TP rank processes
+(a script: ``call`` with ``argv``).  One connection per run: the client sends one JSON line (a runner
+spec, out and log paths, or a script's argv with stdout and log paths; the environment; cwd); the
+zygote answers ``{"pid": N}`` once forked and ``{"rc": N}`` (N < 0: killed by signal -N) when the run
+exits.  A client that goes away first (its timeout) has the run's whole process group killed.  The
+zygote stays single-threaded (it forks), and exits when its parent does.
 """
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ import sys
 
 def _preload() -> None:
     """What every run imports before its first line of work (runner.run's own imports)."""
+    import torch.distributed  # noqa: F401  the TP rank scripts
     from vllm.config import KVTransferConfig  # noqa: F401
 
     import tutti.vllm  # noqa: F401  the connector module vLLM loads by path
+    import tutti.vllm.worker  # noqa: F401
     from vllm import LLM, SamplingParams  # noqa: F401
 
 
@@ -50,7 +53,9 @@ def _read_request(conn: socket.socket) -> dict | None:
         req = json.loads(buf)
     except ValueError:
         return None
-    return req if isinstance(req, dict) and {"spec", "out", "log", "env", "cwd"} <= req.keys() else None
+    if not isinstance(req, dict) or not {"log", "env", "cwd"} <= req.keys():
+        return None
+    return req if {"spec", "out"} <= req.keys() or {"argv", "stdout"} <= req.keys() else None
 
 
 def serve(path: str):
@@ -132,15 +137,78 @@ def _run_child(req: dict) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    out = os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if "argv" in req else log
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(log, 1)
+    os.dup2(out, 1)
     os.dup2(log, 2)
-    os.close(log)
-    os.close(null)
+    for fd in {log, out, null}:
+        os.close(fd)
+    if "argv" in req:  # a script, as `python SCRIPT ARGS` would run it
+        import runpy
+        argv = [str(a) for a in req["argv"]]
+        extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:0] = [os.path.dirname(os.path.abspath(argv[0]))] + extra
+        sys.argv = argv
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as e:
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        return 0
     from . import runner
     sys.argv = [runner.__file__, req["spec"], req["out"]]
     return runner.main([req["spec"], req["out"]])
+
+
+class ZygoteGone(RuntimeError):
+    """The zygote went away after it forked the run: its outcome is unknown."""
+
+
+def call(path, req: dict, timeout):
+    """Ask the zygote at ``path`` to run ``req`` and wait: the run's exit code, or None when there is no
+    zygote to ask (the caller then starts a fresh interpreter).  Past ``timeout`` (seconds, None: no
+    limit) the run is killed (closing this end does it) and subprocess.TimeoutExpired raised."""
+    import subprocess
+    import time
+
+    if not path:
+        return None
+    what = req.get("argv") or ["tutti.vllm.runner", req.get("spec")]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(5)
+        try:
+            sock.connect(path)
+            sock.sendall((json.dumps(req) + "\n").encode())
+        except OSError:
+            return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        buf, pid = b"", None
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(what, timeout)
+            sock.settimeout(left)  # the first answer ("pid") comes after the zygote's own import
+            try:
+                chunk = sock.recv(4096)
+            except socket.timeout:
+                raise subprocess.TimeoutExpired(what, timeout) from None
+            except OSError:
+                chunk = b""
+            if not chunk:
+                if pid is None:
+                    return None  # the zygote went away before forking: run it elsewhere
+                raise ZygoteGone(f"the zygote running {what} went away")
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                if "pid" in msg:
+                    pid = msg["pid"]
+                elif "rc" in msg:
+                    return msg["rc"]
+    finally:
+        sock.close()
 
 
 def main(argv=None) -> int:
