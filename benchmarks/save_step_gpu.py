@@ -4,6 +4,7 @@
 follow, and the data path's own save and load rates (issue 13's H200 must-shows).
 
   save_step_gpu.py [--paths staged,gio] [--tokens 2048,8192,32768] [--requests 3] [--decode-steps 8]
+                   [--drain-bytes-per-step auto|SIZE]
                    [--dir /dev/shm] [--json OUT] [--quick]
 
 Two parts, per data path, in one process:
@@ -69,7 +70,8 @@ class Rig:
             "path": os.path.join(self.dir, "kv.img"), "capacity": str(stored * capacity_blocks + (64 << 20)),
             "data_path": path, "save_mode": save_mode,
             # Every save of the benchmark is pending at once at most: no drops.
-            "max_pending_bytes": str(self.block_bytes * capacity_blocks)})
+            "max_pending_bytes": str(self.block_bytes * capacity_blocks),
+            "drain_bytes_per_step": args.drain_bytes_per_step})
         mshape = ModelShape(model_id="bench/llama-3-8b-shaped", dtype="bfloat16", n_layers=shape.n_layers,
                             kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, block_size=BS, tp_size=1)
         self.w = WorkerSide(cfg, mshape, 0, TuttiStats())
@@ -229,6 +231,8 @@ def main():
     ap.add_argument("--decode-steps", type=int, default=8, help="decode steps measured after the commit")
     ap.add_argument("--max-commit-steps", type=int, default=48,
                     help="decode steps a deferred save may take to be committed (else the run fails)")
+    ap.add_argument("--drain-bytes-per-step", default="auto",
+                    help="the connector's drain_bytes_per_step: carried-over writes a decode step submits")
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--json", default=None)
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model, small prompts (a smoke test)")
