@@ -128,3 +128,12 @@ def test_a_publish_the_master_did_not_answer_is_retried(make_store):
     idx.master_up.set()
     assert idx.retry_publish() == 1 and len(mc.kv) == 1
     store.close()
+
+
+def test_status_keeps_only_tutti_names():
+    from tutti.cluster.status import parse_names
+
+    fp = "ab" * 16
+    got = parse_names([f"tutti/v1/{fp}/node/127.0.0.1:17001", f"tutti/v1/{fp}/" + "cd" * 16,
+                       "tutti/v1/not-hex/node/x:1", f"tutti/v1/{fp}/short", "someone/else/key", ""])
+    assert got == {fp: {"nodes": ["127.0.0.1:17001"], "descriptors": 1}}

@@ -7,28 +7,15 @@ import time
 
 import pytest
 
-from .conftest import Master, Node
+from .conftest import Master
 
 
 @pytest.fixture(scope="module")
-def slow_master(tmp_path_factory):
+def master(tmp_path_factory):
+    """This module's master (conftest's ``nodes`` start nodes on it): a deployment's client_ttl."""
     m = Master(tmp_path_factory.mktemp("master-ttl"), client_ttl=60).start()
     yield m
     m.kill()
-
-
-@pytest.fixture
-def nodes(tmp_path, slow_master):
-    made = []
-
-    def start(name, **kw):
-        n = Node(tmp_path, name, slow_master, **kw)
-        made.append(n)
-        return n
-
-    yield start
-    for n in made:
-        n.close()
 
 
 STUCK = {"TUTTI_CLUSTER_FAULTS": "serve_delay_s=30"}  # alive, in the index, answers 30 s late

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from .errors import ClusterError
-from .keys import PREFIX
+from .keys import PREFIX, node_name
 
 
 def _http(url: str, timeout_s: float) -> str:
@@ -27,17 +27,21 @@ def _http(url: str, timeout_s: float) -> str:
                            "(mooncake_master --metrics_port, 9003 by default)") from None
 
 
+def _is_hex(s: str, n: int) -> bool:
+    return len(s) == n and all(c in "0123456789abcdef" for c in s)
+
+
 def parse_names(lines) -> dict:
     """Per fingerprint id: its node endpoints and how many block descriptors are indexed."""
     models: dict = {}
     for name in lines:
         parts = name.strip().split("/")
-        if len(parts) < 4 or "/".join(parts[:2]) != PREFIX:
+        if len(parts) < 4 or "/".join(parts[:2]) != PREFIX or not _is_hex(parts[2], 32):
             continue  # not tutti's (other users of the same master)
         m = models.setdefault(parts[2], {"nodes": [], "descriptors": 0})
         if parts[3] == "node" and len(parts) >= 5:
             m["nodes"].append("/".join(parts[4:]))
-        elif len(parts) == 4 and len(parts[3]) == 32:
+        elif len(parts) == 4 and _is_hex(parts[3], 32):
             m["descriptors"] += 1
     return models
 
@@ -67,7 +71,7 @@ def gather(admin: str, cfg=None, *, timeout_s: float = 5.0) -> dict:
         from .link import Link
         link = Link(cfg, 4096)
         try:
-            names = [f"{PREFIX}/{fp}/node/{ep}" for fp, m in models.items() for ep in m["nodes"]]
+            names = [node_name(bytes.fromhex(fp), ep) for fp, m in models.items() for ep in m["nodes"]]
             vals = link.call(link.store.get_batch, names, what=f"read {len(names)} node records") if names else []
             for name, v in zip(names, vals or []):
                 if v:
@@ -79,7 +83,7 @@ def gather(admin: str, cfg=None, *, timeout_s: float = 5.0) -> dict:
     for fp, m in sorted(models.items()):
         nodes = []
         for ep in sorted(m["nodes"]):
-            raw = records.get(f"{PREFIX}/{fp}/node/{ep}")
+            raw = records.get(node_name(bytes.fromhex(fp), ep))
             rec = decode_record(raw, ep) if raw is not None else {"endpoint": ep, "stats": {}, "unread": True}
             if "at" in rec:
                 rec["age_s"] = round(max(now - float(rec["at"]), 0.0), 1)
