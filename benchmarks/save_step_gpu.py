@@ -4,8 +4,8 @@
 follow, and the data path's own save and load rates (issue 13's H200 must-shows).
 
   save_step_gpu.py [--paths staged,gio] [--tokens 2048,8192,32768] [--requests 3] [--decode-steps 8]
-                   [--drain-bytes-per-step auto|SIZE]
-                   [--dir /dev/shm] [--json OUT] [--quick]
+                   [--drain-bytes-per-step auto|SIZE] [--decode graph|eager]
+                   [--dir /dev/shm] [--json OUT] [--parts rates,steps] [--cpu] [--tiny]
 
 Two parts, per data path, in one process:
 
@@ -17,12 +17,15 @@ steps: a Llama-3-8B-shaped decoder (random bf16 weights, flash attention; tutti.
     prefills cold requests of each length against a vLLM-layout paged KV cache, with the worker
     side driven as vLLM's model runner drives it (start_load, save_kv_layer after each layer,
     wait_for_save, the worker metadata), then ``--decode-steps`` one-token decode steps of the same
-    request.  Three variants, each after a warm-up request: no saves; ``save_mode: deferred`` (the
-    default: writes overlap the forward, committed in a later step); ``save_mode: step`` (committed
-    in its own step).  Reported: the median TTFT of each (wall time of the step to its logits) and
-    deferred / none; the decode steps the deferred save took to be committed (it is drained and
-    committed by later steps; at most --max-commit-steps), the median decode step time while it was
-    pending and over --decode-steps steps after, and their ratio.
+    request (``--decode graph``, the default: the decode forward captured once in a CUDA graph and
+    replayed, as vLLM does, so a step's time is the GPU's and the connector's, not Python's launches;
+    every replay decodes the token at the prompt's end).  Three variants, each after a warm-up request:
+    no saves; ``save_mode: deferred`` (the default: writes overlap the forward, committed in a later
+    step); ``save_mode: step`` (committed in its own step).  Reported: the median TTFT of each (wall
+    time of the step to its logits) and deferred / none; the decode steps the deferred save took to
+    be committed (it is drained and committed by later steps; at most --max-commit-steps), the median
+    decode step time while it was pending, against the --decode-steps steps after and against the
+    decode steps of the run without saves.
 
 Every loaded block is compared with what was saved (bit-exact).  Needs a CUDA device (--cpu --tiny: a
 smoke test of the same steps on the host).
@@ -137,6 +140,45 @@ class Rig:
         self.parts = (t1 - t0, t2 - t1, t3 - t2)  # host: forward issued, wait_for_save, to the logits
         return t3 - t0
 
+    def capture_decode(self, model, prefix_len: int, table: torch.Tensor) -> None:
+        """Capture one decode step (one token at ``prefix_len``) in a CUDA graph, as vLLM replays its decode
+        steps: a step is then one launch, so its time is the GPU's, not Python's.  The block table and the
+        token are the graph's inputs (copied in before a replay); every replay writes the same position."""
+        self.g_tok = torch.zeros(1, dtype=torch.long, device=self.dev)
+        self.g_table = table.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph wants
+            for _ in range(3):
+                model.prefill(self.g_tok, self.cache, self.g_table, prefix_len)
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        # thread_local: the data path's own threads may call CUDA meanwhile; they are not part of the graph
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            self.g_logits = model.prefill(self.g_tok, self.cache, self.g_table, prefix_len)
+        self.sync()
+
+    def decode_step_graph(self, token: torch.Tensor, table: torch.Tensor) -> float:
+        """One decode step with the forward replayed from the graph: start_load, the replay, wait_for_save
+        (where the deferred saves drain), the worker metadata; wall time to the logits on the host."""
+        self.step += 1
+        meta = TuttiMetadata(saves=[], step=self.step)
+        w = self.w
+        self.sync()
+        t0 = time.perf_counter()
+        w.start_load(meta)
+        self.g_tok.copy_(token, non_blocking=True)
+        self.g_table.copy_(table, non_blocking=True)
+        self.graph.replay()
+        t1 = time.perf_counter()
+        w.finish_save(meta)
+        w.take_worker_meta()
+        t2 = time.perf_counter()
+        self.g_logits.float().cpu()
+        t3 = time.perf_counter()
+        self.parts = (t1 - t0, t2 - t1, t3 - t2)
+        return t3 - t0
+
     def pending(self) -> int:
         return len(self.w._fifo)  # the deferred saves not yet committed (a private list: a benchmark)
 
@@ -176,12 +218,22 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
     n_req = args.requests + 1
     out = {"path": path, "tokens": tokens}
     dev = "cpu" if args.cpu else "cuda"
+    graph = args.decode == "graph" and not args.cpu
+    out["decode"] = "graph" if graph else "eager"
     g = torch.Generator(device=dev).manual_seed(tokens)
     for variant in ("none", "deferred", "step"):
         # Room for two requests' blocks: the oldest are evicted (a pending save pins its own).
         rig = Rig(args, shape, path, "step" if variant == "step" else "deferred", n_req * region, 2 * nb + 8)
         try:
             ttft, parts, dec_busy, dec_idle, commit_steps = [], [], [], [], []
+            if graph:
+                rig.capture_decode(model, tokens, torch.arange(0, region, device=dev, dtype=torch.int32))
+
+            def decode(toks, table, i, rig=rig):
+                if graph:  # every step the same: position `tokens`, in the block after the saved ones
+                    return rig.decode_step_graph(toks[-1:], table)
+                return rig.forward_step(model, toks[-1:], table, tokens + i, [])
+
             for r in range(n_req):
                 table = torch.arange(r * region, (r + 1) * region, device=dev, dtype=torch.int32)
                 toks = torch.randint(0, 1024, (tokens,), device=dev, generator=g)
@@ -193,7 +245,7 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
                 # Decode until the deferred save is committed (bounded), then --decode-steps more.
                 i = busy = 0
                 while rig.pending() and busy < args.max_commit_steps:
-                    dt = rig.forward_step(model, toks[-1:], table, tokens + i, [])
+                    dt = decode(toks, table, i)
                     i, busy = i + 1, busy + 1
                     if r:
                         dec_busy.append(dt)
@@ -202,7 +254,7 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
                     assert not rig.pending(), f"a deferred save still pending after {busy} decode steps"
                     assert None not in rig.w.store.lookup(keys), "a save was not committed"
                 for _ in range(args.decode_steps):
-                    dt = rig.forward_step(model, toks[-1:], table, tokens + i, [])
+                    dt = decode(toks, table, i)
                     i += 1
                     if r:
                         dec_idle.append(dt)
@@ -219,6 +271,8 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
     busy, idle = out["deferred"]["decode_busy_s"], out["deferred"]["decode_idle_s"]
     if busy and idle:
         out["decode_busy_over_idle"] = statistics.median(busy) / statistics.median(idle)
+    if busy and out["none"]["decode_idle_s"]:  # against the decode steps of the run that saves nothing
+        out["decode_busy_over_none"] = statistics.median(busy) / statistics.median(out["none"]["decode_idle_s"])
     return out
 
 
@@ -233,6 +287,9 @@ def main():
                     help="decode steps a deferred save may take to be committed (else the run fails)")
     ap.add_argument("--drain-bytes-per-step", default="auto",
                     help="the connector's drain_bytes_per_step: carried-over writes a decode step submits")
+    ap.add_argument("--decode", choices=("graph", "eager"), default="graph",
+                    help="decode steps replayed from a CUDA graph (as vLLM does; the default) or run eagerly "
+                         "(host-bound Python launches); the CPU runs them eagerly")
     ap.add_argument("--dir", default="/dev/shm")
     ap.add_argument("--json", default=None)
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model, small prompts (a smoke test)")
@@ -275,7 +332,9 @@ def main():
                 print(f"{path} {t:6d} tokens: TTFT none {s['none']['ttft_median_s'] * 1e3:8.1f} ms, "
                       f"deferred {s['deferred']['ttft_median_s'] * 1e3:8.1f} ({s['deferred_over_none']:.3f}x), "
                       f"step {s['step']['ttft_median_s'] * 1e3:8.1f} ({s['step_over_none']:.3f}x); "
-                      f"decode while committing / after: {s.get('decode_busy_over_idle', float('nan')):.3f} "
+                      f"decode ({s['decode']}) while committing / after: "
+                      f"{s.get('decode_busy_over_idle', float('nan')):.3f}, "
+                      f"/ no saves: {s.get('decode_busy_over_none', float('nan')):.3f} "
                       f"(committed after {s['deferred']['decode_steps_to_commit']} decode steps)",
                       flush=True)
 
