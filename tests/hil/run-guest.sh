@@ -322,7 +322,8 @@ fi
 # tutti-admin doctor sees the module (its version) and both controllers on it; exit 0/1/3 only.
 out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" tests/hil/doctor_guest.py $A $B 2>&1) \
 	&& ok "tutti-admin doctor: $out" || { not_ok "tutti-admin doctor"; echo "$out" | sed 's/^/# /'; }
-out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" -m pytest -q -rs -p no:cacheprovider tests/hil/test_admin_guest.py 2>&1) && ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py): $(echo "$out" | tail -1)" || { not_ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py)"; echo "$out" | sed 's/^/# /'; }
+out=$(PYTHONDONTWRITEBYTECODE=1 "${TUTTI_VENV:-$ROOT/.venv-hil}/bin/python" -m pytest -q -rsP -p no:cacheprovider tests/hil/test_admin_guest.py 2>&1) && ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py): $(echo "$out" | tail -1)" || { not_ok "tutti-admin list/attach/detach/health (tests/hil/test_admin_guest.py)"; echo "$out" | sed 's/^/# /'; }
+echo "$out" | grep '^ENDURANCE ' | sed 's/^/# /' || true  # the store's bytes-written counter against SMART
 
 # GPU memory for real, as far as the guest allows: the P2P build of tutti.ko against
 # nvp2p_fake.ko, a stand-in for the NVIDIA driver's P2P API whose "GPU memory" is B's CMB (both

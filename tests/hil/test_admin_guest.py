@@ -7,9 +7,12 @@ order on controller A:
 
     list (both on tutti) -> detach A to nvme -> health through nvme ->
     mkfs.ext4 + mount: attach refused (exit 3, A stays with nvme) -> umount,
-    format a store through nvme: list sees it -> attach by block device path:
-    list shows tutti and the store through the tutti.ko node -> health through
-    tutti.ko -> detach: back on nvme, store still there
+    format a store through nvme: list sees it -> 32 MiB put through nvme: the
+    store's bytes-written counter grows as SMART's data units written -> attach
+    by block device path: list shows tutti and the store through the tutti.ko
+    node -> health through tutti.ko -> 32 MiB put through tutti.ko's kernel
+    queues: the same count against SMART -> detach: back on nvme, store still
+    there
 
 and leave A attached to tutti.ko again, as run-guest.sh expects.
 Drives the installed console script (the .venv-hil one) in subprocesses.
@@ -208,10 +211,65 @@ def test_attach_refuses_a_mounted_namespace():
 
 def test_store_on_the_nvme_block_device_is_listed():
     dev = need("ns")
-    admin("format", dev, "--layers", "2", "--kv-heads", "1", "--head-dim", "64", "--slots", "16",
+    # 256 KiB blocks (4 layers x K/V x 32 KiB objects): the endurance tests below write 32 MiB twice
+    admin("format", dev, "--layers", "4", "--kv-heads", "8", "--head-dim", "128", "--slots", "320",
           "--model-id", "hil/admin", "--yes", "--json")
     [ns] = listing()[A]["namespaces"]
     assert ns["device"] == dev and ns["tutti_store"] is True, ns
+
+
+WRITE_BLOCKS = 128
+DATA_UNIT = 512_000  # SMART data units: thousands of 512-byte sectors
+
+# Put WRITE_BLOCKS new blocks through a writable open and print what the store and its engine counted before
+# close (the close then saves the count: 4 KiB of superblock copy B per member).
+WRITER = """
+import json, os, sys
+from tutti import Store
+dev, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with Store.open([dev]) as s:
+    for i in range(n):
+        s.put(f"{tag}/{i}".encode(), os.urandom(s.block_bytes))
+    print(json.dumps({"engine": s.engine, "stats": s.stats(), "written": s.written(), "block_bytes": s.block_bytes}))
+"""
+
+
+def health_with_store(ctl, ns):
+    d = json.loads(admin("health", ctl, "--store", ns, "--json").stdout)
+    assert d["store"]["counter"] == "kept", d["store"]
+    return d
+
+
+def written_vs_smart(ctl, ns, tag, engines):
+    """The store's bytes-written counter against the drive's SMART data units written, over one writer."""
+    before = health_with_store(ctl, ns)
+    p = subprocess.run([sys.executable, "-c", WRITER, ns, tag, str(WRITE_BLOCKS)], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    w = json.loads(p.stdout)
+    after = health_with_store(ctl, ns)
+    assert w["engine"] in engines, w["engine"]
+    assert w["stats"]["blocks_written"] == WRITE_BLOCKS and w["stats"]["commits"] >= 1, w["stats"]
+    # what the store counted since open is what its engine wrote (the counter's own saves come at close)
+    assert w["written"]["since_open_bytes"] == w["stats"]["engine"]["bytes_written"], w
+    assert w["written"]["since_open_bytes"] >= WRITE_BLOCKS * w["block_bytes"], w
+    store_delta = after["store"]["bytes"] - before["store"]["bytes"]
+    assert store_delta >= w["written"]["since_open_bytes"], (before["store"], after["store"])
+    assert store_delta - w["written"]["since_open_bytes"] <= 4096, (before["store"], after["store"])  # the close
+    # the drive saw the same bytes: SMART rounds each reading up to a data unit, so a delta is within one unit
+    smart_delta = after["data_written_bytes"] - before["data_written_bytes"]
+    assert abs(smart_delta - store_delta) <= DATA_UNIT, (smart_delta, store_delta)
+    # run-guest.sh copies this line into the TAP log (pytest -rP shows a passed test's output)
+    print(f"ENDURANCE {ctl} engine {w['engine']}: {WRITE_BLOCKS} blocks of {w['block_bytes']} B; store counter "
+          f"+{store_delta} B (engine wrote {w['stats']['engine']['bytes_written']} B before close); SMART data "
+          f"units written +{smart_delta // DATA_UNIT} (+{smart_delta} B)")
+    return store_delta, smart_delta
+
+
+def test_store_written_matches_smart_through_nvme():
+    dev = need("ns")
+    assert driver(A) == "nvme"
+    written_vs_smart(A, dev, "nvme", ("uring", "psync"))
 
 
 def test_attach_after_unmount():
@@ -238,6 +296,11 @@ def test_health_through_tutti():
     assert d["critical_warning"] == 0, d
     assert d["temperature_k"] == need("temperature_k"), d  # same controller, same reading as through nvme
     assert d["power_cycles"] >= 0 and d["host_read_commands"] > 0, d
+
+
+def test_store_written_matches_smart_through_tutti():
+    tnode = need("tnode")
+    written_vs_smart(tnode, tnode + "n1", "tutti", ("kqueue",))
 
 
 def test_detach_hands_it_back():
