@@ -283,7 +283,7 @@ def main():
     ap.add_argument("--rate-tokens", type=int, default=32768)
     ap.add_argument("--requests", type=int, default=3, help="measured requests after one warm-up")
     ap.add_argument("--decode-steps", type=int, default=8, help="decode steps measured after the commit")
-    ap.add_argument("--max-commit-steps", type=int, default=48,
+    ap.add_argument("--max-commit-steps", type=int, default=400,
                     help="decode steps a deferred save may take to be committed (else the run fails)")
     ap.add_argument("--drain-bytes-per-step", default="auto",
                     help="the connector's drain_bytes_per_step: carried-over writes a decode step submits")

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 
@@ -323,8 +324,17 @@ def _round_trips(torch, path, **params):
         with GpuStore.open(d.paths, expect=_fp()) as s:
             s.attach(path, **params)
             kv = DeviceKV.from_tensor(cache)
-            with s.write(keys, kv, ids) as t:
-                st = t.transfer()
+            torch.cuda.synchronize()
+            t = s.write(keys, kv, ids)
+            for layer in range(L):
+                t.layer(layer)
+            # poll() (tt_txn_poll through the path's poll): never waits, true once every layer is done
+            end, out["polls"] = time.monotonic() + 60, 1
+            while not t.poll():
+                assert time.monotonic() < end, f"{path}: poll() never saw the write complete"
+                out["polls"] += 1
+                time.sleep(0.0005)
+            st = t.finish()
             assert st == [0] * nb, st
             if path == "gio":
                 out["emu"] = s.emulator_stats()

@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers.pending import settle
 from test_worker_write_policy import (
     LOAD_IDS,
     N_LAYERS,
@@ -78,6 +79,7 @@ class Driver:
                 ids, ref = computed
                 self.kv[layer_name(l)][ids] = ref[l]
             w.save_layer(meta, layer_name(l))
+        settle(w)
         w.finish_save(meta)
         done, _ = w.get_finished(set(held), meta)
         errors = w.take_load_errors()

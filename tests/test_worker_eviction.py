@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers.pending import settle
 from tutti import Store, key_from_bytes
 from tutti.vllm.config import ModelShape, TuttiConfig
 from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
@@ -57,6 +58,7 @@ def step(w, kv, loads=(), saves=()):
     w.take_worker_meta()
     if w._deferred:  # the next (empty) step commits what this one saved
         empty = TuttiMetadata()
+        settle(w)
         w.start_load(empty)
         w.finish_save(empty)
         w.take_worker_meta()

@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers.pending import settle
 from test_worker_write_policy import (
     LOAD_IDS,
     N_LAYERS,
@@ -92,6 +93,7 @@ def forward(w, kv, meta, computed, wait_layers=range(N_LAYERS), errors_first=Fal
     events = list(wm.events) if wm else []
     if w._deferred:
         empty = TuttiMetadata(step=meta.step, acked=dict(meta.acked))
+        settle(w)
         w.start_load(empty)
         w.finish_save(empty)
         assert not w.take_load_errors()

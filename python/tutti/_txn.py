@@ -86,6 +86,15 @@ class _Txn:
         """Wait until ``layer`` has moved; reads are verified as they land (raises on an I/O error of the layer)."""
         self._call("tt_txn_wait_layer", layer, what=f"wait layer {layer}")
 
+    def poll(self) -> bool:
+        """Whether every submitted layer's I/O has completed, without waiting: once True, ``finish()`` waits
+        for no data I/O (a write's finish still flushes and writes its records).  A failed layer counts as
+        completed (``finish()`` reports it); so does a data path that cannot tell."""
+        owned = self._store._owned
+        h = self._handle()
+        with owned.on_device():
+            return bool(owned.binding.lib.tt_txn_poll(h))
+
     def finish(self) -> list:
         """Complete the transaction (writes: flush and commit; reads: verify); per block 0 or a negative errno
         (-EBADMSG, -EIO, -ENODATA, -ECANCELED)."""

@@ -21,6 +21,7 @@ import datetime
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -65,12 +66,26 @@ def make_worker(args):
     return w, kv, (first, end)
 
 
+def wait_written(w, timeout_s=30.0):
+    """Until the writes of every pending save have completed: a deferred save is committed at the first
+    step after that (tests/helpers/pending.py; this script runs without tests/ on its path)."""
+    from tutti.vllm.saves import SavesMixin
+    end = time.monotonic() + timeout_s
+    for e in list(w._fifo):
+        while not e.void and not SavesMixin._written(e):
+            if time.monotonic() > end:
+                raise SystemExit("the writes of a pending save did not complete")
+            time.sleep(0.001)
+
+
 def settle(w, meta):
-    """Deferred saves: an empty step after ``meta``'s; returns the events of both."""
+    """Deferred saves: an empty step after ``meta``'s, once their writes are done; returns the events
+    of both."""
     wm = w.take_worker_meta()
     events = list(wm.events) if wm else []
     if w._deferred:
         empty = TuttiMetadata(step=meta.step, acked=dict(meta.acked))
+        wait_written(w)
         w.start_load(empty)
         w.finish_save(empty)
         more = w.take_worker_meta()
@@ -216,6 +231,7 @@ def cmd_lag(args):
         w.start_load(meta)
         for l in range(N_LAYERS):
             w.save_layer(meta, layer_name(l))
+        wait_written(w)
         w.finish_save(meta)
         wm = w.take_worker_meta()
         out.append(sorted(ev.key.decode() for ev in (wm.events if wm else []) if ev.key))

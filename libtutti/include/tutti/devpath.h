@@ -115,6 +115,9 @@ struct tt_devpath_txn {
  * @end: free the transaction's state; waits for anything in flight
  * @flush: make completed writes durable; NULL: the store's own flush of
  *         its member files covers them
+ * @poll: without waiting, has layer @layer completed (1) or not (0)? A
+ *        failed layer has completed. NULL: the path cannot tell (the store
+ *        reports it completed; @wait then waits as before)
  */
 struct tt_devpath_ops {
 	const char *name;
@@ -125,6 +128,7 @@ struct tt_devpath_ops {
 	int (*collect)(void *txn, int32_t *status, uint64_t *sums);
 	void (*end)(void *txn);
 	int (*flush)(void *ctx);
+	int (*poll)(void *txn, uint32_t layer);
 };
 
 /**

@@ -417,6 +417,19 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer);
 
 /**
+ * tt_txn_poll() - has every submitted layer's I/O completed? Never waits.
+ * @t: transaction
+ *
+ * Reaps whatever completions the engine (or data path) already has, so that
+ * a caller can put off tt_txn_finish() or tt_txn_prepare() until they would
+ * wait for no data I/O (a write's finish still flushes and writes its
+ * records). A layer whose I/O failed counts as completed: finish reports it.
+ * A data path that cannot tell without waiting counts as completed.
+ * Return: 1 completed, 0 some I/O still in flight.
+ */
+int tt_txn_poll(struct tt_txn *t);
+
+/**
  * tt_txn_finish() - complete the transaction and free it
  * @t: transaction
  * @status: out (may be NULL), per block: the codes at the top of this file

@@ -187,6 +187,7 @@ int fp_begin(void *ctx, const struct tt_devpath_txn *ti, void **txn);
 int fp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem);
 int fp_order(void *txn, uint32_t layer, struct CUstream_st *stream);
 int fp_wait(void *txn, uint32_t layer);
+int fp_poll(void *txn, uint32_t layer);
 int fp_collect(void *txn, int32_t *status, uint64_t *sums);
 void fp_end(void *txn);
 

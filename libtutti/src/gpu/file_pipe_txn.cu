@@ -258,6 +258,28 @@ int fp_wait(void *txn, uint32_t layer)
 	return 0;
 }
 
+// Done: every run of the layer queued by the threads, and its event reached
+// (a failed query counts as done: fp_wait reports it).
+int fp_poll(void *txn, uint32_t layer)
+{
+	struct fp_txn *t = (struct fp_txn *)txn;
+	struct fp_layer *ly;
+
+	if (layer >= t->geo.n_layers || !t->layers[layer].submitted)
+		return 1;
+	ly = &t->layers[layer];
+	{
+		std::lock_guard<std::mutex> lk(t->fp->mu);
+
+		if (!ly->done)
+			return 0;
+	}
+	if (cudaEventQuery(ly->ev) != cudaErrorNotReady)
+		return 1;
+	(void)cudaGetLastError();	// "not ready" is an answer, not an error left for the caller's next check
+	return 0;
+}
+
 int fp_collect(void *txn, int32_t *status, uint64_t *sums)
 {
 	struct fp_txn *t = (struct fp_txn *)txn;

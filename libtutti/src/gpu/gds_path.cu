@@ -204,4 +204,5 @@ const struct tt_devpath_ops tt_devpath_gds = {
 	.collect = fp_collect,
 	.end = fp_end,
 	.flush = nullptr,	// compat mode writes with pwrite; GDS by DMA: fdatasync covers both
+	.poll = fp_poll,
 };

@@ -466,8 +466,22 @@ static void gp_end(void *txn)
 	t->p->pool = t;
 }
 
+// Without waiting: has the layer's kernel finished (its hashes too)? A
+// failed query counts as finished: gp_wait judges it, with the watchdog.
+static int gp_poll(void *txn, uint32_t layer)
+{
+	struct gp_txn *t = (struct gp_txn *)txn;
+
+	if (layer >= t->geo.n_layers || t->st[layer] != GP_SUBMITTED)
+		return 1;
+	if (cudaEventQuery(t->ev_done[layer]) != cudaErrorNotReady)
+		return 1;
+	(void)cudaGetLastError();	// "not ready" is an answer, not an error left for the caller's next check
+	return 0;
+}
+
 extern "C" const struct tt_devpath_ops tt_devpath_gio = {
-	"gio", gp_begin, gp_layer, gp_order, gp_wait, gp_collect, gp_end, nullptr,
+	"gio", gp_begin, gp_layer, gp_order, gp_wait, gp_collect, gp_end, nullptr, gp_poll,
 };
 
 // Load the kernels now: a first (lazy) load waits for the device to go

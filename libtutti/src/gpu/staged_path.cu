@@ -484,4 +484,5 @@ const struct tt_devpath_ops tt_devpath_staged = {
 	.collect = fp_collect,
 	.end = fp_end,
 	.flush = nullptr,	// pwrite: the store's fdatasync covers it
+	.poll = fp_poll,
 };

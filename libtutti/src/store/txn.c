@@ -440,6 +440,21 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 	return ret;
 }
 
+int tt_txn_poll(struct tt_txn *t)
+{
+	for (uint32_t l = 0; l < t->s->geo.n_layers; l++) {
+		if (t->layer_state[l] != LAYER_SUBMITTED)
+			continue;
+		if (t->dpo) {
+			if (t->dpo->poll && !t->dpo->poll(t->dp, l))
+				return 0;
+		} else if (!tt_engine_done(t->s->eng, &t->batch[l])) {
+			return 0;
+		}
+	}
+	return 1;
+}
+
 /* Per block: did every layer complete without an I/O error? */
 static void txn_collect(struct tt_txn *t)
 {

@@ -10,11 +10,13 @@ includes whatever of the writes the forward did not hide, the flush and the comm
 first in, first out:
 
 - At each later ``wait_for_save`` the pending saves from earlier steps whose layers have all been
-  submitted are committed (the store's commit: wait, flush, records; with TP ``tutti.tp.commit``,
-  agreed at that step on every rank: see below), oldest first; then layers still queued (their
-  KV not yet final in GPU memory, or held back by reads) are submitted, oldest save first, up to
-  ``drain_bytes_per_step`` bytes per step (at least one layer, so every save progresses; ``auto``:
-  drain.py, sized by whether the drained writes held up the next load).
+  submitted and whose writes have all completed (``Txn.poll``, which never waits: a save on a slow
+  store does not stretch the step that commits it) are committed (the store's commit: flush,
+  records; with TP ``tutti.tp.commit``, agreed at that step on every rank: see below), oldest
+  first; then layers still queued (their KV not yet final in GPU memory, or held back by reads)
+  are submitted, oldest save first, up to ``drain_bytes_per_step`` bytes per step (at least one
+  layer, so every save progresses; ``auto``: drain.py, sized by whether the drained writes held
+  up the next load).
 - A request that finishes while a save of its blocks is pending keeps its blocks: the scheduler
   side returns True from ``request_finished`` (vLLM's delay-free) and names the request in the
   next step's metadata (``held``); the worker reports it in ``get_finished`` (finished_sending)
@@ -284,12 +286,22 @@ class SavesMixin:
         self._note_io()
 
     def _commit_ready(self):
-        """Commit the pending saves of earlier steps that every rank has written, oldest first."""
+        """Commit the pending saves of earlier steps that every rank has written, oldest first.
+
+        Only saves whose writes have all completed (``Txn.poll``): a commit then waits for no data I/O,
+        only for its flushes and records, so a slow store does not stretch the step that commits (a save
+        still in flight waits for a later step; its blocks stay held meanwhile)."""
         cands = [e for e in self._fifo if e.step < self._steps]
         if not cands:
             return
         fenced = self.fenced()
-        flags = [e.void or (e.ready() and not fenced) for e in cands]
+        flags = []
+        for e in cands:
+            ok = e.void or (e.ready() and not fenced and self._written(e))
+            flags.append(ok)
+            if not ok:
+                break  # committed in order: nothing after it goes now (and no need to poll it)
+        flags += [False] * (len(cands) - len(flags))
         if self.shape.tp_size > 1:
             from ..tp import agree
             from ..tp.commit import GroupError
@@ -305,6 +317,16 @@ class SavesMixin:
             self._fifo.popleft()
             self._commit(e)
             e.data_out = True
+
+    @staticmethod
+    def _written(e):
+        """Have the writes of pending save ``e`` all completed?  (Never waits.)"""
+        if e.txn is None:
+            return True
+        try:
+            return e.txn.poll()
+        except Exception:  # noqa: BLE001 - its commit (finish) reports what went wrong
+            return True
 
     def _drain(self, budget):
         """Carry over: queued layers of pending saves, oldest save first, ``budget`` bytes a step
