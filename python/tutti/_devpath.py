@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 
-from ._store import _keys_array, int_list
+from ._cconv import _keys_array, int_list
 from ._txn import _Txn, _WriteOps
 from .errors import GdsUnavailable, TuttiError
 from .model import Geometry

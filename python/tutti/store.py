@@ -8,7 +8,7 @@ The class is tutti._store.Store (one class for both libraries; tutti.gpu.GpuStor
 is the same class bound to libtutti_gpu.so); importing this module needs the
 extension, as it always has.
 """
-from . import _binding, _store
+from . import _binding, _cconv
 from ._store import ReadTxn, Store, Txn, WriteTxn
 from ._tutti import ffi, lib  # noqa: F401 - this module is the extension's store
 
@@ -18,7 +18,7 @@ def key_from_bytes(key) -> bytes:
 
     Every key is hashed, a 16-byte one too, so one name always maps to one key.
     """
-    return _store.key_from_bytes(_binding.EXTENSION, key)
+    return _cconv.key_from_bytes(_binding.EXTENSION, key)
 
 
 __all__ = ["Store", "Txn", "WriteTxn", "ReadTxn", "key_from_bytes"]

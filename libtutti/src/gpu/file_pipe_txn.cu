@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tutti/error.h"
+#include "cuda_query.cuh"
 #include "file_pipe.cuh"
 
 struct fp_obj {
@@ -274,10 +275,7 @@ int fp_poll(void *txn, uint32_t layer)
 		if (!ly->done)
 			return 0;
 	}
-	if (cudaEventQuery(ly->ev) != cudaErrorNotReady)
-		return 1;
-	(void)cudaGetLastError();	// "not ready" is an answer, not an error left for the caller's next check
-	return 0;
+	return tt_cuda_reached(cudaEventQuery(ly->ev));
 }
 
 int fp_collect(void *txn, int32_t *status, uint64_t *sums)

@@ -474,10 +474,7 @@ static int gp_poll(void *txn, uint32_t layer)
 
 	if (layer >= t->geo.n_layers || t->st[layer] != GP_SUBMITTED)
 		return 1;
-	if (cudaEventQuery(t->ev_done[layer]) != cudaErrorNotReady)
-		return 1;
-	(void)cudaGetLastError();	// "not ready" is an answer, not an error left for the caller's next check
-	return 0;
+	return tt_cuda_reached(cudaEventQuery(t->ev_done[layer]));
 }
 
 extern "C" const struct tt_devpath_ops tt_devpath_gio = {

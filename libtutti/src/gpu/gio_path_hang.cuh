@@ -126,8 +126,7 @@ static void gp_watch_round(struct tt_gio_path *p)
 		struct gp_flight &f = p->flights[i];
 		double secs = std::chrono::duration<double>(now - f.since).count();
 
-		if (cudaEventQuery(f.ev) != cudaErrorNotReady) {
-			cudaGetLastError();
+		if (tt_cuda_reached(cudaEventQuery(f.ev))) {
 			p->flights.erase(p->flights.begin() + i);
 			continue;
 		}

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_query.cuh"
 #include "gio_dev.cuh"
 #include "gpu_launch.cuh"
 
@@ -509,12 +510,11 @@ static const void *gio_dump_read(const void *src, size_t bytes, FILE *f)
 	auto t0 = std::chrono::steady_clock::now();
 
 	if (gio_dump_stuck) {
-		if (cudaStreamQuery(gio_dump_stuck) == cudaErrorNotReady) {
+		if (!tt_cuda_reached(cudaStreamQuery(gio_dump_stuck))) {
 			std::fprintf(f, "  device copy skipped: an earlier dump's copy has still "
 				     "not finished\n");
 			return nullptr;
 		}
-		cudaGetLastError();
 		cudaStreamDestroy(gio_dump_stuck);
 		gio_dump_stuck = nullptr;
 	}

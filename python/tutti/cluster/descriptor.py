@@ -18,7 +18,7 @@ import uuid as _uuid
 from dataclasses import dataclass
 
 from .. import _binding
-from .._store import key_from_bytes
+from .._cconv import key_from_bytes
 from .errors import DescriptorError
 
 MAGIC = b"TTCD"

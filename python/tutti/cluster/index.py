@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 
-from .._store import key_from_bytes
+from .._cconv import key_from_bytes
 from .bounded import CallTimeout
 from .descriptor import Descriptor
 from .errors import DescriptorError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import _binding
-from .._store import key_from_bytes
+from .._cconv import key_from_bytes
 
 PREFIX = "tutti/v1"
 

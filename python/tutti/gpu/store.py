@@ -26,7 +26,7 @@ current, so one process per GPU (tensor parallel ranks) each opens its own store
 """
 from __future__ import annotations
 
-from .. import _binding, _store
+from .. import _binding, _cconv
 from .._devpath import PATHS, DeviceKV, DeviceTxn, GdsUnavailable
 from .._store import Store
 from ..errors import CorruptBlockError, FingerprintMismatch, StoreBusyError, TuttiError
@@ -37,7 +37,7 @@ StoreError = TuttiError
 
 def key_from_bytes(key) -> bytes:
     """The 16-byte store key of ``key`` (str as UTF-8, or bytes-like): tutti.key_from_bytes, same hash."""
-    return _store.key_from_bytes(_binding.GPU, key)
+    return _cconv.key_from_bytes(_binding.GPU, key)
 
 
 class GpuStore(Store):
