@@ -238,3 +238,15 @@ def test_shown_command_leaves_out_where_files_go():
 
     argv = ["--quick", "--output", "/tmp/x.md", "--json=/tmp/x.json", "--rates", "1,2", "--workdir", "/w", "a b"]
     assert shown_command("python benchmarks/x.py", argv) == "python benchmarks/x.py --quick --rates 1,2 'a b'"
+
+
+def test_every_server_gets_the_same_cpu_reservation(tmp_path, monkeypatch):
+    """vLLM on CPU reserves one more core when any KV connector is configured; on a small machine that
+    gave connector servers more cores to compute on than the no-connector one. The benchmark's servers all
+    get one reservation (the connector's environment extras cannot change it), and a caller's value wins."""
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    plain = serve.server_env(str(tmp_path / "a"))
+    tutti = serve.server_env(str(tmp_path / "b"), {"TUTTI_VLLM_STATS_DIR": str(tmp_path)})
+    assert plain["VLLM_CPU_NUM_OF_RESERVED_CPU"] == tutti["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "1"
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "3")
+    assert serve.server_env(str(tmp_path / "c"))["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "3"

@@ -47,12 +47,22 @@ def free_port():
         return s.getsockname()[1]
 
 
+# vLLM on CPU keeps cores away from the model: one for its scheduler process, and one more whenever any
+# KV connector is configured (meant for NIXL). On 2 cores the second reservation exceeds the machine, so
+# vLLM reserves none and a server with a connector computed on both cores while one without computed on
+# one: a comparison of configurations measured the core count. Every server gets the same reservation.
+RESERVED_CPUS = "1"
+
+
 def server_env(work, extra=None):
     """The server's environment: vLLM's caches and RPC sockets under ``work``, the KV cache
-    size only from the command line (VLLM_CPU_KVCACHE_SPACE would override it, in GiB)."""
+    size only from the command line (VLLM_CPU_KVCACHE_SPACE would override it, in GiB), and
+    the same CPU reservation whether or not a connector is configured (RESERVED_CPUS; a
+    VLLM_CPU_NUM_OF_RESERVED_CPU in the caller's environment wins, for every server alike)."""
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", VLLM_ENABLE_V1_MULTIPROCESSING="1",
                VLLM_CACHE_ROOT=os.path.join(work, "vllm-cache"),
                VLLM_RPC_BASE_PATH=os.path.join(work, "vllm-rpc"))
+    env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", RESERVED_CPUS)
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     env.update(extra or {})
     os.makedirs(env["VLLM_RPC_BASE_PATH"], exist_ok=True)

@@ -89,6 +89,9 @@ def run(spec):
     os.environ["TUTTI_VLLM_STATS_DIR"] = stats_dir
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if spec.get("multiprocess") else "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec.get("kv_cache_gib", 1)))
+    # The same cores for the model with and without a connector (vLLM on CPU reserves one more for any
+    # connector: tutti.bench.serve.RESERVED_CPUS), so runs that compare them compare like with like.
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
     from vllm.config import KVTransferConfig
 
     from vllm import LLM, SamplingParams
