@@ -31,18 +31,31 @@ import json
 import os
 import platform
 import random
-import resource
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from tutti.bench.common import cpu_seconds, drop_page_cache
+from tutti.bench.lmcache_layout import (
+    CHUNK_TOKENS,
+    DISK_THREADS,
+    RB_ALIGN,
+    RB_HEADER,
+    RB_META,
+    RB_QUEUE_DEPTH,
+    chunk_identity,
+    fdatasync_path,
+    round_up,
+    slot_header,
+)
+
 TITLE = "Side by side with LMCache's disk engines, into GPU memory (H200)"
-LAYERS, KV_HEADS, HEAD_DIM, BLOCK, CHUNK = 32, 8, 128, 16, 256
+LAYERS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
+CHUNK = CHUNK_TOKENS                     # LMCache's chunk size, as in the CPU comparison
 BPC = CHUNK // BLOCK                     # blocks per chunk
 PIPE_CHUNKS = 8                          # chunks per read batch in the pipelined schedule
-DISK_THREADS = 4                         # LMCache's disk_io_threads
 LMCACHE = ("raw_block_serial", "raw_block_pipelined", "local_disk")
 LABELS = {
     "tutti_staged": ("Tutti, staged path", "XXH3 of every object"),
@@ -54,21 +67,6 @@ LABELS = {
     "local_disk": ("LMCache local-disk, O_DIRECT, 4 threads", "nothing"),
 }
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cpu_s():
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def drop_cache():
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("1\n")
-        return True
-    except OSError:
-        return False
 
 
 def layer_name(layer):
@@ -186,10 +184,10 @@ class Tutti:
             self._load(w, self.keys[:BPC], self.rig.dst[:BPC])     # warm-up: the path's buffers, untimed
             self.rig.poison(poison)
             if disk:
-                drop_cache()
-            c0, t0 = cpu_s(), time.perf_counter()
+                drop_page_cache()
+            c0, t0 = cpu_seconds(), time.perf_counter()
             self._load(w, self.keys, self.rig.dst)
-            return time.perf_counter() - t0, cpu_s() - c0
+            return time.perf_counter() - t0, cpu_seconds() - c0
         finally:
             w.close()
 
@@ -197,21 +195,19 @@ class Tutti:
 class RawBlock:
     """LMCache's raw-block layout (a 128 MiB metadata area, then per chunk a 4 KiB header and the payload)."""
 
-    META, HEADER, ALIGN, QD = 128 << 20, 4096, 4096, 256
-
     def __init__(self, rig, path, mod):
         self.rig, self.path, self.mod = rig, path, mod
-        self.slot = (self.HEADER + rig.chunk_bytes + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        self.slot = round_up(RB_HEADER + rig.chunk_bytes, RB_ALIGN)
         self.odirect = True
         self.fixed = None
 
     def _offset(self, c):
-        return self.META + c * self.slot + self.HEADER
+        return RB_META + c * self.slot + RB_HEADER
 
     def _open(self):
         try:
-            dev = self.mod.RawBlockDevice(self.path, writable=True, use_odirect=self.odirect, alignment=self.ALIGN,
-                                          io_engine="io_uring", iouring_queue_depth=self.QD)
+            dev = self.mod.RawBlockDevice(self.path, writable=True, use_odirect=self.odirect, alignment=RB_ALIGN,
+                                          io_engine="io_uring", iouring_queue_depth=RB_QUEUE_DEPTH)
         except OSError:
             if not self.odirect:
                 raise
@@ -235,25 +231,20 @@ class RawBlock:
     def store(self):
         """The chunks written as RawBlockCore writes them (header and payload), then fdatasync: untimed."""
         with open(self.path, "wb") as f:
-            f.truncate(self.META + self.rig.chunks * self.slot)
+            f.truncate(RB_META + self.rig.chunks * self.slot)
         self.rig.fill_host_chunks()
         dev = self._open()
         try:
             offs, bufs, lens = [], [], []
             for c in range(self.rig.chunks):
-                hdr = (b"LMCBLK01" + c.to_bytes(8, "little") + self.rig.chunk_bytes.to_bytes(8, "little")
-                       ).ljust(self.HEADER, b"\0")
-                offs += [self._offset(c) - self.HEADER, self._offset(c)]
+                hdr = slot_header(chunk_identity(0, c), self.rig.chunk_bytes)
+                offs += [self._offset(c) - RB_HEADER, self._offset(c)]
                 bufs += [hdr, self.rig.chunk_view(c)]
-                lens += [self.HEADER, self.rig.chunk_bytes]
+                lens += [RB_HEADER, self.rig.chunk_bytes]
             self._wait(dev, dev.batched_write(offs, bufs, lens, None, lens), len(offs))
         finally:
             dev.close()
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        fdatasync_path(self.path)
 
     def run(self, disk, poison, group):
         rig = self.rig
@@ -265,8 +256,8 @@ class RawBlock:
             rig.host.fill_(0)                 # warm-up done; nothing of it may count as read
             rig.poison(poison)
             if disk:
-                drop_cache()
-            c0, t0 = cpu_s(), time.perf_counter()
+                drop_page_cache()
+            c0, t0 = cpu_seconds(), time.perf_counter()
             groups = [list(range(g, min(g + group, rig.chunks))) for g in range(0, rig.chunks, group)]
 
             def submit(cs):
@@ -280,7 +271,7 @@ class RawBlock:
                     rig.to_gpu(c)
                 pending = nxt
             rig.gpu_done()
-            return time.perf_counter() - t0, cpu_s() - c0
+            return time.perf_counter() - t0, cpu_seconds() - c0
         finally:
             dev.close()
 
@@ -331,12 +322,12 @@ class LocalDisk:
         rig.host.fill_(0)
         rig.poison(poison)
         if disk:
-            drop_cache()
-        c0, t0 = cpu_s(), time.perf_counter()
+            drop_page_cache()
+        c0, t0 = cpu_seconds(), time.perf_counter()
         for fut in as_completed([pool.submit(self._read, c) for c in range(rig.chunks)]):
             rig.to_gpu(fut.result())
         rig.gpu_done()
-        return time.perf_counter() - t0, cpu_s() - c0
+        return time.perf_counter() - t0, cpu_seconds() - c0
 
 
 def measure(torch, mod, medium, directory, tokens, runs, paths, lookahead, log):
@@ -395,7 +386,7 @@ def measure(torch, mod, medium, directory, tokens, runs, paths, lookahead, log):
     return {"medium": medium, "dir": directory, "tokens": tokens, "bytes": rig.bytes, "runs": per_run,
             "median": med, "best_lmcache": best, "tutti_save_gbps": save_gbps,
             "raw_block_odirect": raw.odirect, "raw_block_fixed_buffers": raw.fixed,
-            "local_disk_odirect": local.odirect, "page_cache_dropped": drop_cache() if disk else None}
+            "local_disk_odirect": local.odirect, "page_cache_dropped": drop_page_cache() if disk else None}
 
 
 def run(args):

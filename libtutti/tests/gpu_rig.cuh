@@ -137,4 +137,54 @@ static inline bool gpu_dev_equal(const void *a, const void *b, size_t bytes)
 	return std::memcmp(x.data(), y.data(), bytes) == 0;
 }
 
+
+#ifndef KIB
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+#endif
+
+// An emulated controller of @nq queue pairs, one namespace of @ns_bytes.
+static inline struct tt_emu_params base_params(unsigned nq, uint32_t depth,
+					       int backing, uint64_t ns_bytes,
+					       bool sgl)
+{
+	struct tt_emu_params p = {};
+
+	p.n_queues = nq;
+	p.depth = depth;
+	p.n_threads = 4;
+	p.backing = backing;
+	p.n_ns = 1;
+	p.ns_bytes = ns_bytes;
+	p.lba_shift = 12;
+	p.sgls = sgl ? TT_NVME_SGLS_BYTE_ALIGNED : 0;
+	p.mdts_bytes = 0;
+	p.list_chunks = 1;
+	return p;
+}
+
+// Run @io as one batch with the fused kernel; returns failed commands.
+static inline uint32_t run_iocbs(struct gpu_rig *r,
+				 const std::vector<tt_gio_iocb> &io,
+				 std::vector<uint16_t> *status)
+{
+	struct tt_gio_iocb *d = nullptr;
+	struct tt_gio_batch *b = nullptr;
+	uint32_t n_err = ~0u;
+
+	cudaMalloc(&d, io.size() * sizeof(io[0]));
+	cudaMemcpy(d, io.data(), io.size() * sizeof(io[0]), cudaMemcpyHostToDevice);
+	if (tt_gio_batch_create(r->gio, (uint32_t)io.size(), &b) ||
+	    tt_gio_prep_iocbs(b, d, (uint32_t)io.size()) ||
+	    tt_gio_submit_wait(r->gio, b, r->s) || gpu_sync_or_die(r->s, 30)) {
+		tap_diag("batch setup or launch failed");
+	} else {
+		if (status)
+			status->resize(io.size());
+		tt_gio_batch_result(b, &n_err, status ? status->data() : nullptr);
+	}
+	tt_gio_batch_destroy(b);
+	cudaFree(d);
+	return n_err;
+}
 #endif /* TUTTI_GPU_RIG_CUH */

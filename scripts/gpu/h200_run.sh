@@ -4,6 +4,7 @@
 #   scripts/gpu/h200_run.sh            tests + full benchmark sweep
 #   scripts/gpu/h200_run.sh --quick    tests + a short sweep
 #   scripts/gpu/h200_run.sh --tests    tests only
+# NOBUILD=1: run what an earlier call built in $B (the repeated rounds of h200_check.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu/out}
@@ -18,6 +19,7 @@ t0=$(date +%s)
 command -v prove >/dev/null || { log "prove not found (Perl's TAP::Harness: Debian/Ubuntu package perl)"; exit 1; }
 # The library (store + GPU data paths) once, through make; every GPU test and
 # benchmark program links against it. DEPS_ROOT: see scripts/gpu/h200_deps.sh.
+if [ "${NOBUILD:-0}" != 1 ]; then
 [ -z "${DEPS_ROOT:-}" ] && [ -d .h200/root ] && ! [ -e /usr/include/liburing.h ] && DEPS_ROOT=.h200/root
 make -s -j"$(nproc)" BUILD="$B" ${DEPS_ROOT:+DEPS_ROOT=$DEPS_ROOT} gpu-lib >>"$OUT/build.log" 2>&1 ||
 	{ cat "$OUT/build.log"; log "build FAILED"; exit 1; }
@@ -30,6 +32,7 @@ rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
 [ $rc -eq 0 ] || { log "build FAILED"; exit 1; }
 log "built in $(( $(date +%s) - t0 )) s"
+fi
 
 # The GPU tests (TAP, libtutti/tests/tap.h) through the project's one TAP consumer, Perl's prove:
 # a test that dies before its plan fails, "1..0 # SKIP no CUDA device" (no GPU here) is a skip.
