@@ -16,7 +16,9 @@ model, same prompts, one after the other:
 Per configuration: a warm-up, then a cold phase (fresh documents, one request at a time: the
 unloaded TTFT of a request whose prefix nobody holds, including any save), then a sweep of
 Poisson arrival rates.  Each rate sends its own documents (the same for every configuration),
-each asked --questions questions, (document, question) pairs in a seeded random order; vLLM's
+each asked --questions questions, (document, question) pairs in a seeded random order (--order
+shuffled), or documents opening at a steady pace with each one's questions spread after it
+(--order sessions: the load is steady; TTFT statistics over tutti.bench.workload.steady_window); vLLM's
 KV cache is sized (--kv-cache-mib) so the documents of one rate hold several times more KV
 than it does.  TTFT is measured by the client (streaming): send → first token.  Outputs
 (greedy, --max-tokens) are compared with the no-connector run's, request by request.
@@ -61,6 +63,13 @@ def parse_args(argv=None):
                     help="tokens per document, a multiple of the block size 128 (default 1536)")
     ap.add_argument("--question-tokens", type=int, default=32)
     ap.add_argument("--cold", type=int, default=None, help="cold-phase requests (default 4)")
+    ap.add_argument("--order", choices=("shuffled", "sessions"), default="shuffled",
+                    help="shuffled (default): (document, question) pairs in a random order, first "
+                         "sightings crowd the start; sessions: documents open at a steady pace, each "
+                         "one's questions about --reuse requests apart; statistics over the steady window")
+    ap.add_argument("--reuse", type=float, default=16.0,
+                    help="--order sessions: mean requests between two questions about one document "
+                         "(default 16)")
     ap.add_argument("--rates", default="auto",
                     help="requests/s, comma-separated, or 'auto' (default): --rate-multiples of "
                          "1 / the no-connector cold TTFT")
@@ -135,6 +144,18 @@ def validate(ap, args):
         ap.error("--slo-quantile must be in (0, 1]")
     if not 0 < args.save_share:
         ap.error("--save-share must be > 0")
+    if not 0 < args.reuse < 1e6:
+        ap.error("--reuse must be > 0")
+    if args.order == "sessions":
+        # Scale-free: the window holds the same requests at every rate (times scale with 1/rate).
+        reqs = workload.document_requests("x", docs=args.docs, questions=args.questions, doc_tokens=1,
+                                          question_tokens=1, vocab_size=8, seed=args.seed)
+        sched = workload.session_schedule(reqs, 1.0, seed=args.seed * 1000, reuse=args.reuse)
+        lo, hi = workload.steady_window(sched, 1.0, args.reuse)
+        n = sum(lo <= r.at_s <= hi for r in sched)
+        if n < 20:
+            ap.error(f"--order sessions: only {n} of {len(sched)} requests fall in the steady window; "
+                     f"give more --docs (or a smaller --reuse)")
 
 
 def model_shape(model_dir):
@@ -195,10 +216,22 @@ def run_config(name, ctx, work):
             resolve_auto(ctx)
             rec["rates"] = []
             for i, rate in enumerate(ctx["rates"]):
-                reqs = workload.poisson_schedule(ctx["sweep"][i], rate, seed=args.seed * 1000 + i)
+                entry = {"rate": rate}
+                if args.order == "sessions":
+                    reqs = workload.session_schedule(ctx["sweep"][i], rate, seed=args.seed * 1000 + i,
+                                                     reuse=args.reuse)
+                    entry["window_s"] = list(workload.steady_window(reqs, rate, args.reuse))
+                else:
+                    reqs = workload.poisson_schedule(ctx["sweep"][i], rate, seed=args.seed * 1000 + i)
                 res = serve.drive(srv.url, reqs, max_tokens=args.max_tokens)
-                summ = workload.summarize([r["ttft_s"] for r in res], args.slo_quantile)
-                rec["rates"].append({"rate": rate, "summary": summ, "requests": res})
+                ttfts = [r["ttft_s"] for r in res]
+                if "window_s" in entry:
+                    lo, hi = entry["window_s"]
+                    entry["summary_all"] = workload.summarize(ttfts, args.slo_quantile)
+                    ttfts = [r["ttft_s"] for r in res if lo <= r["scheduled_s"] <= hi]
+                summ = entry["summary"] = workload.summarize(ttfts, args.slo_quantile)
+                entry["requests"] = res
+                rec["rates"].append(entry)
                 print(f"serving: {name}: {rate:.3f} req/s: TTFT p50 {summ['p50']:.3f} s, p99 "
                       f"{summ['p99']:.3f} s, failed {summ['failed']}", file=sys.stderr, flush=True)
                 died = srv.died()
@@ -359,7 +392,8 @@ def main(argv=None):
             "kv_per_token": ctx["kv_per_token"], "doc_bytes": ctx["doc_bytes"],
             "kv_cache_bytes": ctx["kv_cache_bytes"], "block": BLOCK,
             "workload": {k: getattr(args, k) for k in ("docs", "questions", "doc_tokens", "question_tokens",
-                                                       "cold", "max_tokens", "seed", "runs")},
+                                                       "cold", "max_tokens", "seed", "runs", "order",
+                                                       "reuse")},
             "rates": ctx.get("rates"), "slo_s": ctx.get("slo_s"), "slo_quantile": args.slo_quantile,
             "throttle_mbps": ctx.get("throttle_mbps"), "reference_cold_s": ctx.get("reference")}
     with open(args.json, "w") as f:

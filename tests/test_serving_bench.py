@@ -58,6 +58,34 @@ def test_poisson_schedule_is_seeded_shuffled_and_has_the_rate():
         workload.poisson_schedule(reqs, 0, seed=1)
 
 
+def test_session_schedule_opens_documents_at_a_steady_pace():
+    q, reuse, rate = 4, 16.0, 2.0
+    reqs = workload.document_requests("x", docs=200, questions=q, doc_tokens=2, question_tokens=1,
+                                      vocab_size=64, seed=0)
+    a = workload.session_schedule(reqs, rate, seed=3, reuse=reuse)
+    assert a == workload.session_schedule(reqs, rate, seed=3, reuse=reuse)
+    assert sorted(r.key for r in a) == sorted(r.key for r in reqs)
+    times = [r.at_s for r in a]
+    assert times[0] == 0 and times == sorted(times)
+    seen = {}
+    for r in a:  # a document's questions in order, the first one opening it
+        assert r.question == seen.get(r.doc, -1) + 1
+        seen[r.doc] = r.question
+    lo, hi = workload.steady_window(a, rate, reuse)
+    assert lo == pytest.approx((q - 1) * reuse / rate)
+    assert hi == max(r.at_s for r in a if r.question == 0)
+    inside = [r for r in a if lo <= r.at_s <= hi]
+    assert 0.8 * rate < len(inside) / (hi - lo) < 1.2 * rate  # the nominal rate inside the window
+    assert 0.2 < sum(r.question == 0 for r in inside) / len(inside) < 0.3  # 1 in q opens a document
+    gaps = [b.at_s - x.at_s for x in a for b in a if b.doc == x.doc and b.question == x.question + 1]
+    assert 0.8 * reuse / rate < sum(gaps) / len(gaps) < 1.2 * reuse / rate
+    # The shuffled order crowds first sightings into the start; sessions keep them level.
+    first_half = [r for r in a if r.at_s < hi / 2]
+    assert sum(r.question == 0 for r in first_half) / len(first_half) < 0.45
+    with pytest.raises(ValueError):
+        workload.session_schedule(reqs, rate, seed=1, reuse=0)
+
+
 def test_summary_counts_failures_as_infinite_and_quantiles_are_observed_values():
     s = workload.summarize([0.1 * i for i in range(1, 101)], quantile=0.9)
     assert s["p50"] == pytest.approx(5.1) and s["p90"] == pytest.approx(9.1) and s["p99"] == pytest.approx(10.0)
@@ -102,6 +130,8 @@ def test_error_reason_is_the_root_cause_line():
     (["--rates", "1,x"], "comma-separated numbers"),
     (["--throttle-mbps", "0.5"], "--throttle-mbps must be >= 1"),
     (["--docs", "0"], "--docs must be >= 1"),
+    (["--order", "sessions", "--docs", "4"], "steady window"),
+    (["--order", "sessions", "--reuse", "0"], "--reuse must be > 0"),
 ])
 def test_bad_arguments_are_refused_before_any_server_starts(argv, msg, capsys):
     with pytest.raises(SystemExit) as e:
@@ -112,6 +142,31 @@ def test_bad_arguments_are_refused_before_any_server_starts(argv, msg, capsys):
 def test_absolute_values_allow_runs_without_the_reference():
     a = _bench().parse_args(["--configs", "tutti", "--rates", "2,1", "--slo-ms", "500", "--throttle-mbps", "20"])
     assert a.configs == ["tutti"] and a.rate_list == [1.0, 2.0] and a.throttle_mbps == 20.0
+
+
+def test_sessions_report_names_the_window():
+    bench = _bench()
+    recs = [_record("none", 1.0, (1.0, 9.0), [1, 2]), _record("tutti", 1.02, (0.3, 0.5), [1, 2])]
+    for rec in recs:
+        for x in rec["rates"]:
+            x["window_s"], x["summary_all"] = [1.0, 2.0], workload.summarize([0.1] * 8)
+    runs = [{"records": recs, "outputs": bench.compare_outputs(recs)}]
+    meta = {"command": "c", "date": "d",
+            "machine": {"node": "n", "cpu": "c", "cores": 2, "kernel": "k", "python": "3", "vllm": "v",
+                        "loadavg_end": (1.0, 1.0, 1.0)},
+            "model": {"size": "small", "num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12,
+                      "num_key_value_heads": 4},
+            "kv_per_token": 6144, "doc_bytes": 9 << 20, "kv_cache_bytes": 36 << 20, "block": 128,
+            "workload": {"docs": 30, "questions": 4, "doc_tokens": 1536, "question_tokens": 32, "cold": 4,
+                         "max_tokens": 2, "seed": 0, "runs": 1, "order": "sessions", "reuse": 16.0},
+            "rates": [1.0, 2.0], "slo_s": 3.0, "slo_quantile": 0.9, "throttle_mbps": 20,
+            "reference_cold_s": 1.0}
+    text = render(meta, runs, "T")
+    assert "a document opens at every 4th arrival" in text and "12 documents in use at once, 3.0×" in text
+    assert "over the steady window" in text and ": 50%–50% of the requests" in text
+    assert "| TuttiConnector (disk) | ≥ 2.000 | ≥ 2.00 |" in text  # judged on the window's summaries
+    assert "over every request sent" in text  # and on every request's, in a table of its own
+    assert "| TuttiConnector (disk) | ≥ 2.000 | ~1.00 | 0.100 | 0.100 |" in text  # all 0.1 s there
 
 
 def _record(name, cold, p50s, ids, failed=None):
@@ -127,7 +182,7 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
     bench = _bench()
     recs = [_record("none", 1.0, (1.0, 9.0), [1, 2]),
             _record("offloading", 0, (), [], failed="Exception: CPU Offloading is currently only supported"),
-            _record("tutti", 1.02, (0.3, 0.5), [1, 3])]
+            _record("tutti", 1.02, (0.3, 0.5), [1, 3]), _record("tutti-slow", 1.04, (0.4, 0.6), [1, 2])]
     runs = [{"records": recs, "outputs": bench.compare_outputs(recs)}]
     assert runs[0]["outputs"]["tutti"]["compared"] == 9 and len(runs[0]["outputs"]["tutti"]["differ"]) == 9
     meta = {"command": "python benchmarks/serving.py", "date": "d",
@@ -150,6 +205,11 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
     assert "| TuttiConnector (disk): highest rate at the SLO (p50) ≥ 2 × no connector | ≥ 2.00 | yes |" in text
     assert "| TuttiConnector (disk): outputs identical to no connector | 0 of 9 | **no** |" in text
     assert "save of one document ≥ 30 % of the no-connector cold TTFT | 47 % | yes |" in text
+    assert "Throttled store: `TUTTI_FAULTS=rate:write:mbps=20`" in text
+    assert "| TuttiConnector (writes throttled): outputs identical to no connector | 9 of 9 | yes |" in text
+    # Without the throttled configuration, nothing is said about a throttle.
+    text = render(meta, [{"records": recs[:3], "outputs": bench.compare_outputs(recs[:3])}], "T")
+    assert "Throttled store" not in text and "save of one document" not in text
 
 
 def test_client_measures_ttft_and_reports_a_streamed_error():

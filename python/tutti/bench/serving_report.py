@@ -37,10 +37,10 @@ def _by_config(runs):
     return out
 
 
-def _slo_rate(rec, slo_s, key="p_slo"):
+def _slo_rate(rec, slo_s, key="p_slo", which="summary"):
     if "failed" in rec:
         return None, "failed"
-    return max_rate_meeting_slo({x["rate"]: x["summary"] for x in rec["rates"]}, slo_s, key)
+    return max_rate_meeting_slo({x["rate"]: x[which] for x in rec["rates"]}, slo_s, key)
 
 
 def _fmt_rate(r):
@@ -63,7 +63,7 @@ def targets(meta, runs, cfgs, slo):
         return []
     out = ["", "| Target (issue 13) | Measured | Met |", "|---|---|---|"]
     share = None
-    if meta.get("reference_cold_s") and meta.get("throttle_mbps"):
+    if meta.get("reference_cold_s") and meta.get("throttle_mbps") and "tutti-slow" in cfgs:
         share = meta["doc_bytes"] / (meta["throttle_mbps"] * 1e6) / meta["reference_cold_s"]
         out.append(f"| throttled store: a synchronous save of one document ≥ 30 % of the no-connector cold "
                    f"TTFT | {share * 100:.0f} % | {_met(share >= 0.3)} |")
@@ -89,6 +89,27 @@ def targets(meta, runs, cfgs, slo):
     return out
 
 
+def _order(meta, runs):
+    w = meta["workload"]
+    if w.get("order", "shuffled") != "sessions":
+        return (f"in a random order (seed {w['seed']}), Poisson arrivals (a document's first question is "
+                "the earliest of its questions' random places, so first sightings crowd the start of a "
+                "run)")
+    reuse = w["reuse"]
+    windows = [x["summary"]["n"] / x["summary_all"]["n"] for run in runs for rec in run["records"]
+               for x in rec.get("rates", []) if "summary_all" in x]
+    return (f"as sessions (seed {w['seed']}): a document opens at every {w['questions']}th arrival of a "
+            f"Poisson process of the rate, each document's next question an exponential gap of mean "
+            f"{reuse:g}/rate s after the one before (about {reuse:g} other requests between; "
+            f"{(w['questions'] - 1) * reuse / w['questions']:.0f} documents in use at once, "
+            f"{(w['questions'] - 1) * reuse / w['questions'] * meta['doc_bytes'] / meta['kv_cache_bytes']:.1f}"
+            "× vLLM's KV cache), so cold prefills arrive at a steady rate. TTFT statistics and the SLO are "
+            f"over the steady window (sent between {w['questions'] - 1} mean gaps after the first opening "
+            "and the last opening, where the load is the nominal rate"
+            + (f": {min(windows):.0%}–{max(windows):.0%} of the requests" if windows else "")
+            + "); every request is sent and its output compared")
+
+
 def render(meta, runs, title):
     m, w = meta["machine"], meta["workload"]
     cfgs = _by_config(runs)
@@ -109,7 +130,7 @@ def render(meta, runs, title):
              f"({meta['doc_bytes'] / 2**20:.1f} MiB of KV each, "
              f"{w['docs'] * meta['doc_bytes'] / meta['kv_cache_bytes']:.1f}× vLLM's KV cache together), "
              f"each asked {w['questions']} questions of {w['question_tokens']} tokens (prompt = document + "
-             f"question), in a random order (seed {w['seed']}), Poisson arrivals; every rate has its own "
+             f"question), {_order(meta, runs)}; every rate has its own "
              f"documents, the same in every configuration. Cold phase: {w['cold']} fresh documents, one "
              f"request at a time. Greedy, {w['max_tokens']} tokens; TTFT = client send → first streamed "
              "token (aiohttp).",
@@ -117,12 +138,12 @@ def render(meta, runs, title):
              + (f" ({slo / meta['reference_cold_s']:.1f}× the no-connector cold TTFT)"
                 if meta.get("reference_cold_s") else "") + "; a rate counts when the SLO holds there and "
              "at every lower rate swept.",
-             f"- Stores: files in a temporary directory on the machine's disk (ext4 on a virtio disk). "
-             f"Throttled store: `TUTTI_FAULTS=rate:write:mbps={meta['throttle_mbps']}` (libtutti's fault "
-             "engine paces every write through one emulated pipe at that rate; reads untouched) — one "
-             f"document's save takes {meta['doc_bytes'] / (meta['throttle_mbps'] or 1) / 1e6 * 1e3:.0f} ms "
-             "there" + (f", {_save_share(meta):.0f} % of the no-connector cold TTFT"
-                        if meta.get("reference_cold_s") else "") + ".",
+             "- Stores: files in a temporary directory on the machine's disk (ext4 on a virtio disk)."
+             + ((f" Throttled store: `TUTTI_FAULTS=rate:write:mbps={meta['throttle_mbps']}` (libtutti's fault "
+                 "engine paces every write through one emulated pipe at that rate; reads untouched) — one "
+                 f"document's save takes {meta['doc_bytes'] / (meta['throttle_mbps'] or 1) / 1e6 * 1e3:.0f} ms "
+                 "there" + (f", {_save_share(meta):.0f} % of the no-connector cold TTFT"
+                            if meta.get("reference_cold_s") else "") + ".") if "tutti-slow" in cfgs else ""),
              f"- Runs: {w['runs']}" + (" (medians over runs)" if w["runs"] > 1 else "") + ".", ""]
     # Failed configurations: the reason instead of numbers.
     for name, recs in cfgs.items():
@@ -182,6 +203,19 @@ def render(meta, runs, title):
                      f"{'—' if name == 'none' else ' / '.join(ratios) or '—'} | "
                      f"{' / '.join(_fmt_rate(r) for r in per_run50)} | "
                      f"{'—' if name == 'none' else ' / '.join(ratios50) or '—'} | {same} |")
+    if all("summary_all" in x for recs in live.values() for r in recs if "failed" not in r for x in r["rates"]):
+        # Sessions: the same judged over every request, the ramp and the drain included.
+        lines += ["", f"The same over every request sent (ramp and drain included), {q}:", "",
+                  "| Configuration | Highest rate at the SLO (req/s) | vs no connector | "
+                  + " | ".join(f"{q} at {r:.3f}" for r in rates) + " |", "|---|---|---|" + "---|" * len(rates)]
+        for name, recs in live.items():
+            per_run = [_slo_rate(r, slo, which="summary_all") for r in recs]
+            ratios = ([rate_ratio(a, _slo_rate(x, slo, which="summary_all")) for a, x in zip(per_run, ref)]
+                      if ref else [])
+            cells = [_fmt_s(_med([r["rates"][i]["summary_all"]["p_slo"] for r in recs
+                                  if "failed" not in r and i < len(r["rates"])])) for i in range(len(rates))]
+            lines.append(f"| {LABELS.get(name, name)} | {' / '.join(_fmt_rate(r) for r in per_run)} | "
+                         f"{'—' if name == 'none' else ' / '.join(ratios) or '—'} | " + " | ".join(cells) + " |")
     lines += targets(meta, runs, cfgs, slo)
     # Tutti's own counters
     for name in ("tutti", "tutti-slow"):

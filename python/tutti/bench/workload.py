@@ -4,9 +4,18 @@ The workload is the one the paper measures: many long documents, each asked seve
 questions.  A request's prompt is the document's tokens followed by the question's, so the
 requests about one document share a long prefix, and the documents together hold far more
 KV than the engine's own cache (the caller sizes that cache), so only a second tier can keep
-them.  Requests arrive as a Poisson process at a given rate, the (document, question) pairs
-in a random order; everything is fixed by the seed, so every configuration of one run is
-sent exactly the same prompts at the same offsets.
+them.  Two arrival orders, both at a given mean rate and fixed by the seed, so every
+configuration of one run is sent exactly the same prompts at the same offsets:
+
+- ``poisson_schedule`` ("shuffled"): the (document, question) pairs in a random order at the
+  arrivals of a Poisson process.  A document's first question is the earliest of its
+  questions' random positions, so first sightings (cold prefills) crowd the start of a run
+  and hits its end: a finite run is one long transient.
+- ``session_schedule`` ("sessions"): documents open at a steady pace and
+  each document's later questions follow the one before after exponential gaps, as users
+  asking about a document do.  Cold prefills then arrive at the same rate throughout; the
+  hit rate ramps up for the first few gaps and drains after the last opening, and
+  ``steady_window`` names the arrivals between, where the load is the nominal one.
 """
 import random
 from dataclasses import dataclass
@@ -64,6 +73,58 @@ def poisson_schedule(requests, rate, seed):
             t += rng.expovariate(rate)
         out.append(Request(r.key, r.doc, r.question, r.prompt, t))
     return out
+
+
+def session_schedule(requests, rate, seed, reuse=16.0):
+    """Steady-state arrivals at a mean of ``rate`` requests/s (see the module's docstring).
+
+    Documents open (their first question is sent) at every ``questions``-th arrival of a Poisson
+    process of ``rate`` (Erlang gaps of mean questions / rate: as many openings as a Poisson
+    process of rate / questions, less spread); each later question of a document follows the one
+    before after an exponential gap of mean ``reuse`` / rate seconds, i.e. about ``reuse`` other
+    requests arrive between two questions about one document.  While documents keep opening,
+    about (questions - 1) * reuse / questions documents are in use at once: the working set the
+    KV tiers see.  The first request goes at 0.
+    """
+    if not rate > 0:
+        raise ValueError(f"rate must be > 0 requests/s, got {rate!r}")
+    if not reuse > 0:
+        raise ValueError(f"reuse must be > 0 requests, got {reuse!r}")
+    by_doc = {}
+    for r in requests:
+        by_doc.setdefault(r.doc, []).append(r)
+    questions = max(len(qs) for qs in by_doc.values())
+    rng = random.Random(seed)
+    docs = list(by_doc)
+    rng.shuffle(docs)
+    timed, opened = [], 0.0
+    for i, d in enumerate(docs):
+        if i:  # every questions-th point of a Poisson process of the rate: steadier than one of rate/q
+            opened += sum(rng.expovariate(rate) for _ in range(questions))
+        t = opened
+        for j, r in enumerate(sorted(by_doc[d], key=lambda x: x.question)):
+            if j:
+                t += rng.expovariate(rate / reuse)
+            timed.append((t, r))
+    timed.sort(key=lambda x: (x[0], x[1].key))
+    return [Request(r.key, r.doc, r.question, r.prompt, t) for t, r in timed]
+
+
+def steady_window(schedule, rate, reuse=16.0):
+    """(start, end) seconds of a ``session_schedule`` run in which the load is the nominal one.
+
+    Starts once every question level has had time to build up ((questions - 1) mean gaps after the
+    first opening) and ends at the last document's opening (after it, only follow-ups drain).  A
+    request belongs to the window when it was sent in [start, end].
+    """
+    first = {}
+    for r in schedule:
+        first.setdefault(r.doc, r.at_s)
+    per_doc = {}
+    for r in schedule:
+        per_doc[r.doc] = per_doc.get(r.doc, 0) + 1
+    questions = max(per_doc.values())
+    return (questions - 1) * reuse / rate, max(first.values())
 
 
 def summarize(ttfts, quantile=0.9):
