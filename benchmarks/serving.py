@@ -57,7 +57,8 @@ def parse_args(argv=None):
     ap.add_argument("--configs", default=None, help=f"comma-separated, from {', '.join(CONFIGS)} "
                     "(default: all; none must come first when rates or the throttle are 'auto')")
     ap.add_argument("--model-size", default="small", help="tutti.tiny_model size (default small)")
-    ap.add_argument("--docs", type=int, default=None, help="documents per rate (default 12)")
+    ap.add_argument("--docs", type=int, default=None,
+                    help="documents per rate (default 12; 30 with --order sessions)")
     ap.add_argument("--questions", type=int, default=None, help="questions per document (default 4)")
     ap.add_argument("--doc-tokens", type=int, default=None,
                     help="tokens per document, a multiple of the block size 128 (default 1536)")
@@ -100,7 +101,8 @@ def parse_args(argv=None):
                     help="measure nothing: write the --output section from a JSON this script wrote")
     args = ap.parse_args(argv)
     q = args.quick
-    defaults = dict(docs=4 if q else 12, questions=2 if q else 4, doc_tokens=512 if q else 1536,
+    defaults = dict(docs=4 if q else (30 if args.order == "sessions" else 12), questions=2 if q else 4,
+                    doc_tokens=512 if q else 1536,
                     cold=2 if q else 4, rate_multiples="1,3" if q else "0.25,0.5,1,2",
                     configs="none,tutti" if q else ",".join(CONFIGS))
     for k, v in defaults.items():

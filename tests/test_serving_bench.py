@@ -139,6 +139,12 @@ def test_bad_arguments_are_refused_before_any_server_starts(argv, msg, capsys):
     assert e.value.code == 2 and msg in capsys.readouterr().err
 
 
+def test_sessions_default_to_enough_documents_for_a_steady_window():
+    a = _bench().parse_args(["--order", "sessions"])
+    assert a.docs == 30 and a.order == "sessions" and a.reuse == 16.0
+    assert _bench().parse_args([]).docs == 12
+
+
 def test_absolute_values_allow_runs_without_the_reference():
     a = _bench().parse_args(["--configs", "tutti", "--rates", "2,1", "--slo-ms", "500", "--throttle-mbps", "20"])
     assert a.configs == ["tutti"] and a.rate_list == [1.0, 2.0] and a.throttle_mbps == 20.0
