@@ -150,6 +150,20 @@ def test_absolute_values_allow_runs_without_the_reference():
     assert a.configs == ["tutti"] and a.rate_list == [1.0, 2.0] and a.throttle_mbps == 20.0
 
 
+def _meta(command="c", **workload):
+    """A run's meta as serving.py writes it: 2 rates, SLO 3 s, 12 documents unless ``workload`` says."""
+    return {"command": command, "date": "d",
+            "machine": {"node": "n", "cpu": "c", "cores": 2, "kernel": "k", "python": "3", "vllm": "v",
+                        "loadavg_end": (1.0, 1.0, 1.0)},
+            "model": {"size": "small", "num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12,
+                      "num_key_value_heads": 4},
+            "kv_per_token": 6144, "doc_bytes": 9 << 20, "kv_cache_bytes": 36 << 20, "block": 128,
+            "workload": {"docs": 12, "questions": 4, "doc_tokens": 1536, "question_tokens": 32, "cold": 4,
+                         "max_tokens": 2, "seed": 0, "runs": 1, **workload},
+            "rates": [1.0, 2.0], "slo_s": 3.0, "slo_quantile": 0.9, "throttle_mbps": 20,
+            "reference_cold_s": 1.0}
+
+
 def test_sessions_report_names_the_window():
     bench = _bench()
     recs = [_record("none", 1.0, (1.0, 9.0), [1, 2]), _record("tutti", 1.02, (0.3, 0.5), [1, 2])]
@@ -157,16 +171,7 @@ def test_sessions_report_names_the_window():
         for x in rec["rates"]:
             x["window_s"], x["summary_all"] = [1.0, 2.0], workload.summarize([0.1] * 8)
     runs = [{"records": recs, "outputs": bench.compare_outputs(recs)}]
-    meta = {"command": "c", "date": "d",
-            "machine": {"node": "n", "cpu": "c", "cores": 2, "kernel": "k", "python": "3", "vllm": "v",
-                        "loadavg_end": (1.0, 1.0, 1.0)},
-            "model": {"size": "small", "num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12,
-                      "num_key_value_heads": 4},
-            "kv_per_token": 6144, "doc_bytes": 9 << 20, "kv_cache_bytes": 36 << 20, "block": 128,
-            "workload": {"docs": 30, "questions": 4, "doc_tokens": 1536, "question_tokens": 32, "cold": 4,
-                         "max_tokens": 2, "seed": 0, "runs": 1, "order": "sessions", "reuse": 16.0},
-            "rates": [1.0, 2.0], "slo_s": 3.0, "slo_quantile": 0.9, "throttle_mbps": 20,
-            "reference_cold_s": 1.0}
+    meta = _meta(docs=30, order="sessions", reuse=16.0)
     text = render(meta, runs, "T")
     assert "a document opens at every 4th arrival" in text and "12 documents in use at once, 3.0×" in text
     assert "over the steady window" in text and ": 50%–50% of the requests" in text
@@ -191,16 +196,7 @@ def test_report_shows_ratios_slo_rates_outputs_and_refusals():
             _record("tutti", 1.02, (0.3, 0.5), [1, 3]), _record("tutti-slow", 1.04, (0.4, 0.6), [1, 2])]
     runs = [{"records": recs, "outputs": bench.compare_outputs(recs)}]
     assert runs[0]["outputs"]["tutti"]["compared"] == 9 and len(runs[0]["outputs"]["tutti"]["differ"]) == 9
-    meta = {"command": "python benchmarks/serving.py", "date": "d",
-            "machine": {"node": "n", "cpu": "c", "cores": 2, "kernel": "k", "python": "3", "vllm": "v",
-                        "loadavg_end": (1.0, 1.0, 1.0)},
-            "model": {"size": "small", "num_hidden_layers": 6, "hidden_size": 768, "num_attention_heads": 12,
-                      "num_key_value_heads": 4},
-            "kv_per_token": 6144, "doc_bytes": 9 << 20, "kv_cache_bytes": 36 << 20, "block": 128,
-            "workload": {"docs": 12, "questions": 4, "doc_tokens": 1536, "question_tokens": 32, "cold": 4,
-                         "max_tokens": 2, "seed": 0, "runs": 1},
-            "rates": [1.0, 2.0], "slo_s": 3.0, "slo_quantile": 0.9, "throttle_mbps": 20,
-            "reference_cold_s": 1.0}
+    meta = _meta(command="python benchmarks/serving.py")
     text = render(meta, runs, "T")
     assert "did not run**: `Exception: CPU Offloading" in text  # no failed_when recorded
     assert "| TuttiConnector (disk) | 1.020 | 1.020 |" in text

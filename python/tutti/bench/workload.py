@@ -18,6 +18,7 @@ configuration of one run is sent exactly the same prompts at the same offsets:
   ``steady_window`` names the arrivals between, where the load is the nominal one.
 """
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,14 +118,11 @@ def steady_window(schedule, rate, reuse=16.0):
     first opening) and ends at the last document's opening (after it, only follow-ups drain).  A
     request belongs to the window when it was sent in [start, end].
     """
-    first = {}
+    first, questions = {}, Counter()
     for r in schedule:
         first.setdefault(r.doc, r.at_s)
-    per_doc = {}
-    for r in schedule:
-        per_doc[r.doc] = per_doc.get(r.doc, 0) + 1
-    questions = max(per_doc.values())
-    return (questions - 1) * reuse / rate, max(first.values())
+        questions[r.doc] += 1
+    return (max(questions.values()) - 1) * reuse / rate, max(first.values())
 
 
 def summarize(ttfts, quantile=0.9):
