@@ -6,6 +6,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,17 @@ class Node:
         out = self.read(timeout)
         assert "error" not in out, f"{self.name} {op}: {out['error']}"
         return out["ok"]
+
+    def served(self, key, want, timeout=5.0):
+        """A serving-side counter (``blocks_served``, ``bytes_served``): the owner counts a batch once its
+        send returned, so the requester may hold the blocks a moment earlier.  Waits, bounded, until the
+        counter reaches ``want``; returns its last value either way."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.cmd("info")["stats"].get(key, 0)
+            if got == want or time.monotonic() >= deadline:
+                return got
+            time.sleep(0.05)
 
     def kill(self):
         if self.proc.poll() is None:

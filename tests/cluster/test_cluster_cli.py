@@ -49,6 +49,7 @@ def test_status_lists_every_node_with_its_blocks_and_counters(nodes, master):
     assert a.cmd("put", seeds=[7201, 7202, 7203]) == 3
     assert other.cmd("put", seeds=[7301]) == 1
     assert b.cmd("fetch", seeds=[7201, 7202])["ok"] == [True, True]
+    assert a.served("blocks_served", 2) == 2      # counted once A's send returned: settle before recording
     for n in (a, b, other):
         n.cmd("record")
     admin = f"http://127.0.0.1:{master.metrics}"

@@ -15,8 +15,8 @@ def test_many_batches_from_two_owners_arrive_byte_exact(nodes):
     assert got["ok"] == [True] * len(seeds) and got["exact"] == [True] * len(seeds)
     st = c.cmd("info")["stats"]
     assert st["remote_hits"] == len(seeds) and st.get("misses_timeout", 0) == 0
-    assert a.cmd("info")["stats"]["blocks_served"] == len(sa)
-    assert b.cmd("info")["stats"]["blocks_served"] == len(sb)
+    assert a.served("blocks_served", len(sa)) == len(sa)
+    assert b.served("blocks_served", len(sb)) == len(sb)
 
 
 def test_a_node_busy_serving_still_gets_its_own_answers(nodes):
