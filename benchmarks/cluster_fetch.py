@@ -68,7 +68,9 @@ def owner(a):
     bb = store.block_bytes
     for i in range(n):
         store.put(key(i), os.urandom(bb))
-    node = ClusterNode(store, config(a, master=master, metadata=metadata, port=port, index_bytes=(n + 8) * bb))
+    # Headroom: Mooncake evicts from a segment near full, and the descriptors live in it too.
+    segment = n * bb * 5 // 4 + (32 << 20)
+    node = ClusterNode(store, config(a, master=master, metadata=metadata, port=port, index_bytes=segment))
     cfg = node.link.replicate_here()
     for i in range(n):
         node.link.store.put(f"bench/raw/{i}", store.get(key(i)), cfg)
@@ -122,6 +124,8 @@ def main():
         addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
         assert node.link.store.register_buffer(addr, n * bb) == 0
         names = [f"bench/raw/{i}" for i in range(n)]
+        if node.lookup_prefix(keys) != n:
+            sys.exit(f"cluster_fetch: the owner published {node.lookup_prefix(keys)} of {n} blocks")
 
         cpu = {"tutti": [], "raw": []}  # CPU seconds of requester + owner + master per run
 

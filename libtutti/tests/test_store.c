@@ -118,6 +118,19 @@ static void test_engine(const char *engine)
 		       "[%s] record: the key, a generation", engine);
 		tap_eq(tt_sum_block(in, 4096, 4 * 2, &sum), 0, "[%s] block sum", engine);
 		tap_ok(sum == rec.data_sum, "[%s] block sum == committed data_sum", engine);
+		{
+			uint8_t *cp = malloc(4096 * 4 * 2);
+			uint64_t csum = 0;
+
+			memset(cp, 0, 4096 * 4 * 2);
+			tap_eq(tt_copy_sum_block(cp, in, 4096, 4 * 2, &csum), 0,
+			       "[%s] copy and sum", engine);
+			tap_ok(csum == rec.data_sum && !memcmp(cp, in, 4096 * 4 * 2),
+			       "[%s] copy and sum: the bytes, the committed data_sum", engine);
+			tap_eq(tt_copy_sum_block(cp, in, 4096, 0, &csum), (unsigned long long)-EINVAL,
+			       "[%s] copy and sum of no object", engine);
+			free(cp);
+		}
 		in[5] ^= 1;
 		tt_sum_block(in, 4096, 4 * 2, &sum);
 		tap_ok(sum != rec.data_sum, "[%s] one flipped bit: another sum", engine);

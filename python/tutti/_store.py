@@ -441,6 +441,18 @@ class Store:
         self._ok(self._lib().tt_sum_block(buf, g.span_bytes, g.n_layers * g.n_spans, out), "block sum")
         return int(out[0])
 
+    def copy_block_sum(self, dst, src) -> int:
+        """Copy one whole block from ``src`` into writable ``dst`` and return the block_sum() of the copy:
+        one pass over memory (tt_copy_sum_block hashes each object from ``dst`` right after copying it), and
+        the sum vouches for what ``dst`` holds even if ``src`` changes meanwhile."""
+        out_buf = self._block_buffer(dst, writable=True)
+        in_buf = self._block_buffer(src)
+        g = self._geometry
+        out = self._ffi.new("uint64_t *")
+        self._ok(self._lib().tt_copy_sum_block(out_buf, in_buf, g.span_bytes, g.n_layers * g.n_spans, out),
+                 "copy and sum a block")
+        return int(out[0])
+
     # --- layer-wise transfers --------------------------------------------------
 
     def write(self, keys, kv=None, block_ids=None):

@@ -358,6 +358,19 @@ int tt_sum_block(const void *buf, uint32_t span_bytes, uint32_t n_objs,
 		 uint64_t *out);
 
 /**
+ * tt_copy_sum_block() - copy a block from @src to @dst and return in @out
+ * the tt_sum_block() of the copy
+ *
+ * Object by object: each is hashed from @dst right after it was copied,
+ * while still in cache, so checking received bytes costs one pass over
+ * memory, and what the checksum vouches for is what @dst holds (a late
+ * writer of @src cannot slip bytes in between).  @dst and @src must not
+ * overlap.  Return: 0 and @out, -EINVAL (no object) or -ENOMEM.
+ */
+int tt_copy_sum_block(void *dst, const void *src, uint32_t span_bytes,
+		      uint32_t n_objs, uint64_t *out);
+
+/**
  * tt_store_write_begin() - start storing blocks under @keys
  * @s: store (not read-only)
  * @keys: n keys, back to back

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "tutti/error.h"
@@ -36,6 +37,29 @@ int tt_sum_block(const void *buf, uint32_t span_bytes, uint32_t n_objs,
 		return tt_seterr(-ENOMEM, "no memory for %u object checksums", n_objs);
 	for (uint32_t m = 0; m < n_objs; m++)
 		sums[m] = tt_sum_object(p + (size_t)m * span_bytes, span_bytes, m);
+	*out = tt_sum_combine(sums, n_objs);
+	free(sums);
+	return 0;
+}
+
+int tt_copy_sum_block(void *dst, const void *src, uint32_t span_bytes,
+		      uint32_t n_objs, uint64_t *out)
+{
+	uint8_t *d = dst;
+	const uint8_t *p = src;
+	uint64_t *sums;
+
+	if (n_objs == 0)
+		return tt_seterr(-EINVAL, "a block has at least one object");
+	sums = malloc((size_t)n_objs * sizeof(*sums));
+	if (!sums)
+		return tt_seterr(-ENOMEM, "no memory for %u object checksums", n_objs);
+	for (uint32_t m = 0; m < n_objs; m++) {
+		size_t off = (size_t)m * span_bytes;
+
+		memcpy(d + off, p + off, span_bytes);
+		sums[m] = tt_sum_object(d + off, span_bytes, m);
+	}
 	*out = tt_sum_combine(sums, n_objs);
 	free(sums);
 	return 0;

@@ -476,9 +476,8 @@ class Transfers:
             if not sent[i]:
                 self._count("misses_stale", 1)
                 continue
-            view = memoryview(dst).cast("B")
-            view[:] = self._staging[base + i * self.bb: base + (i + 1) * self.bb]
-            if self.store.block_sum(view) == d.data_sum:
+            src = self._staging[base + i * self.bb: base + (i + 1) * self.bb]
+            if self.store.copy_block_sum(dst, src) == d.data_sum:
                 result[i] = True
             else:
                 self._count("misses_corrupt", 1)
