@@ -47,6 +47,26 @@ def test_put_get_roundtrip(llama_store, rng):
         assert st["commits"] == len(blocks) and st["blocks_written"] == len(blocks)
 
 
+def test_block_sums_match_the_committed_record(make_store, llama_fp, rng):
+    """What a cluster peer checks received bytes with: block_sum() and copy_block_sum() (which also copies)
+    give the data_sum the commit recorded; one flipped bit gives another; wrong sizes and a read-only
+    destination are refused."""
+    paths = make_store(llama_fp, n_slots=4)
+    data = bytearray(rng.randbytes(2 << 20))
+    with Store.open(paths) as s:
+        s.put("k", data)
+        want = s.slot_record(s.lookup(["k"])[0])["data_sum"]
+        assert s.block_sum(data) == want
+        dst = bytearray(len(data))
+        assert s.copy_block_sum(dst, memoryview(data)) == want and dst == data
+        data[12345] ^= 0x10
+        assert s.copy_block_sum(dst, data) != want and dst == data
+        with pytest.raises(ValueError, match="bytes"):
+            s.copy_block_sum(bytearray(len(data) - 1), data)
+        with pytest.raises(TypeError, match="writable"):
+            s.copy_block_sum(bytes(len(data)), data)
+
+
 def test_put_accepts_any_buffer(make_store, llama_fp, rng):
     """bytes, bytearray, an unaligned memoryview and an mmap are all stored exactly."""
     paths = make_store(llama_fp, n_slots=8)
