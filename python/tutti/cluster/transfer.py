@@ -331,8 +331,9 @@ class Transfers:
             self._count("serve_failures", 1)
             log.info("tutti cluster: serving %s failed: %s", peer, e)
             return
-        self._count("blocks_served", len(sent))
-        self._count("bytes_served", len(sent) * self.bb)
+        with self._stats_lock:  # both at once: a reader never sees the blocks without their bytes
+            self.stats["blocks_served"] += len(sent)
+            self.stats["bytes_served"] += len(sent) * self.bb
 
     def _read_for_peer(self, blocks, off: int) -> list:
         """Read the blocks whose slot still holds exactly what the requester was promised into the
@@ -482,5 +483,6 @@ class Transfers:
             else:
                 self._count("misses_corrupt", 1)
         n = sum(result)
-        self._count("remote_hits", n)
-        self._count("bytes_fetched", n * self.bb)
+        with self._stats_lock:
+            self.stats["remote_hits"] += n
+            self.stats["bytes_fetched"] += n * self.bb
