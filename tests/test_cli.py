@@ -55,6 +55,7 @@ def script():
     ("4096", 4096), ("0", 0), ("512MiB", 512 << 20), ("2GiB", 2 << 30), ("2gib", 2 << 30), ("1TB", 10**12),
     ("1tb", 10**12), ("3KB", 3000), ("8k", 8192), ("16M", 16 << 20), ("1G", 1 << 30), ("1T", 1 << 40),
     ("1.5GiB", 3 << 29), (" 64 MiB ", 64 << 20), ("7B", 7), ("1PiB", 1 << 50), (123, 123),
+    ("1EiB", 1 << 60), ("2e", 2 << 60), ("3EB", 3 * 10**18),
 ])
 def test_parse_size_accepts(text, value):
     assert parse_size(text) == value
@@ -69,6 +70,38 @@ def test_parse_size_accepts(text, value):
 def test_parse_size_rejects(text, why):
     with pytest.raises(ValueError, match=why):
         parse_size(text)
+
+
+def test_huge_sizes_get_the_real_reason(tmp_path):
+    """1 EiB is a size (too many slots for libtutti), not an "unknown unit"; past 2^64 - 1 bytes, too large."""
+    res = run(["format", tmp_path / "s.img", *SMALL, "--capacity", "1EiB"], expect=EXIT_USAGE)
+    assert "slots: at most" in res.output and "unknown unit" not in res.output
+    res = run(["format", tmp_path / "s.img", *SMALL, "--capacity", "16EiB"], expect=EXIT_USAGE)
+    assert "too large" in res.output
+    assert not (tmp_path / "s.img").exists()
+
+
+def test_an_os_error_names_its_file():
+    """Python's own OSError keeps the path apart from its reason: "bench: Permission denied" named nothing."""
+    from tutti.cli.common import _store_error
+
+    e = _store_error(PermissionError(errno.EACCES, "Permission denied", "/srv/kv/b.img"), "bench")
+    assert e.exit_code == EXIT_STORE and e.message == "bench: '/srv/kv/b.img': Permission denied"
+    e = _store_error(OSError(errno.EIO, "/srv/kv/b.img: Input/output error", "/srv/kv/b.img"), "check")
+    assert e.message == "check: /srv/kv/b.img: Input/output error"  # libtutti's reasons name it already
+
+
+@pytest.mark.parametrize("config,why", [
+    ({"num_attention_heads": 3, "hidden_size": 2}, "'hidden_size' 2 / 'num_attention_heads' 3 gives head_dim 0"),
+    ({"num_attention_heads": 2, "hidden_size": 128, "_name_or_path": "a\u0000b"}, "holds a NUL character"),
+])
+def test_model_config_values_a_store_cannot_keep(tmp_path, config, why):
+    """A NUL in the model's name would be cut there in the superblock: two models, one identity."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"num_hidden_layers": 2, "torch_dtype": "bfloat16", **config}))
+    res = run(["format", tmp_path / "s.img", "--model-config", cfg, "--slots", "4"], expect=EXIT_USAGE)
+    assert why in res.output and "config.json" in res.output
+    assert not (tmp_path / "s.img").exists()
 
 
 def test_bad_size_option_is_usage_error(tmp_path):

@@ -43,3 +43,15 @@ def test_report_matches_what_the_machine_has():
     assert s["paths"]["staged"]["ready"] is cuda and s["vllm_gpu_kv_ready"] is cuda
     want = 0 if cuda else EXIT_PROBLEMS
     assert invoke(["--require", "staged", "--require", "gio"], {"TUTTI_GPU_LIB": lib}).exit_code == want
+
+
+def test_a_library_named_by_a_fifo_is_not_loaded(tmp_path):
+    """dlopen opens the path: TUTTI_CUFILE naming a FIFO hung `tutti-admin gpu`."""
+    fifo = tmp_path / "lib.fifo"
+    os.mkfifo(fifo)
+    res = invoke(["--json"], {"TUTTI_GPU_LIB": str(fifo), "TUTTI_CUFILE": str(fifo)})
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["library"]["ok"] is False and "is a FIFO, not a library file" in s["library"]["detail"]
+    assert s["cufile"]["ok"] is False and "TUTTI_CUFILE" in s["cufile"]["detail"]
+    assert "FIFO" in s["cufile"]["detail"]

@@ -41,3 +41,19 @@ def test_hostile_values_are_config_errors_naming_the_option(key):
 def test_unknown_option_is_refused_with_the_known_ones():
     with pytest.raises(ConfigError, match="unknown option"):
         TuttiConfig.from_extra({"load_polcy": "all"})
+
+
+def test_a_long_non_ascii_model_name_fits_the_store(tmp_path):
+    """The fingerprint keeps 127 bytes of the name: 127 characters of "é" are 254 bytes, which the store
+    refused ("model_id longer than 127 bytes"), so the connector could not start."""
+    from tutti import Store
+    from tutti.vllm.config import ModelShape
+
+    shape = ModelShape(model_id="é" * 127 + "/x", dtype="bfloat16", n_layers=2, kv_heads=1, head_dim=64,
+                       block_size=16, tp_size=1)
+    fp = shape.fingerprint(0)
+    assert len(fp.model_id.encode()) <= 127 and fp.model_id == "é" * 63
+    Store.format([str(tmp_path / "s.img")], fp, n_slots=4)
+    with Store.open([str(tmp_path / "s.img")], expect=fp) as s:
+        assert s.fingerprint == fp
+

@@ -205,6 +205,16 @@ def test_cufile(tmp_path):
     assert gpu.check_cufile(m).status == DEGRADED and "nvidia-gds" in gpu.check_cufile(m).fix
 
 
+def test_a_fifo_where_a_file_is_read_is_not_opened(tmp_path):
+    """Opening a FIFO blocks until someone writes to it: CUFILE_ENV_PATH_JSON naming one hung doctor."""
+    m = machine(tmp_path / "a")
+    fifo = tmp_path / "cufile.fifo"
+    os.mkfifo(fifo)
+    m.environ["CUFILE_ENV_PATH_JSON"] = str(fifo)
+    assert m.read(str(fifo)) is None
+    assert gpu.check_cufile(m).status == OK  # as with no cufile.json: cuFile's defaults
+
+
 def test_vllm_version(tmp_path):
     for version, status in (("0.32.0", OK), ("0.32.4", OK), ("0.33.0", DEGRADED), ("0.10.1", DEGRADED)):
         m = machine(tmp_path / version, live_over={"version_of": lambda d, v=version: v if d == "vllm" else None})

@@ -173,8 +173,8 @@ def test_member_in_use_by_another_store(make_store, file_digest, tiny_fp):
     paths = make_store(tiny_fp)
     with Store.open(paths):
         before = file_digest(paths[0])
-        with pytest.raises(StoreBusyError):
-            Store.open(paths)
+        with pytest.raises(StoreBusyError, match=r"in use \(open in another process, or in this one\)"):
+            Store.open(paths)  # flock conflicts per open file: this process's own second open is refused too
         with pytest.raises(StoreBusyError):
             Store.open(paths, readonly=True)
         with pytest.raises(StoreBusyError):
@@ -240,3 +240,139 @@ def test_bad_transfer_arguments(make_store, tiny_fp):
             assert exc.value.errno == errno.EINVAL and "memory map" in exc.value.strerror
             txn.abort()
         assert s.lookup(["a", "b"]) == [None, None]
+
+
+# ---------------------------------------------------------------- hostile use of the Python API
+
+
+def test_a_buffer_of_smaller_objects_is_refused_not_overrun(make_store, tiny_fp):
+    """The C memory map has no object size: a PagedBuffer of smaller objects would be written past its end."""
+    with Store.open(make_store(tiny_fp)) as s:
+        s.put("a", bytes(s.block_bytes))
+        g = s.geometry
+        with PagedBuffer(g.n_layers, g.n_spans, 64, 64) as small, s.read(s.lookup(["a"])) as txn:
+            with pytest.raises(ValueError, match=f"objects are 64 bytes, the store's {g.span_bytes}"):
+                txn.layer(0, small, [63])
+            txn.abort()
+        with s.write(["b"]) as txn:
+            with pytest.raises(TypeError, match="PagedBuffer or a struct tt_memmap"):
+                txn.layer(0, b"not a map", [0])
+            txn.abort()
+
+
+@pytest.mark.parametrize("call", ["lookup", "write"])
+def test_one_key_where_a_list_of_keys_is_wanted_is_refused(make_store, call):
+    """write("abc") used to store three blocks, "a", "b" and "c"."""
+    with Store.open(make_store()) as s:
+        for one in ("abc", b"abc"):
+            with pytest.raises(TypeError, match=r"a list of keys, not one .*wrap it"):
+                getattr(s, call)(one)
+        with pytest.raises(TypeError, match="a list of keys, not NoneType"):
+            getattr(s, call)(None)
+        assert s.lookup(["a", "b", "c"]) == [None] * 3
+
+
+def test_numbers_the_c_calls_cannot_hold_are_named_errors(make_store):
+    """Not cffi's nameless OverflowError ("int too big to convert", "can't convert negative number")."""
+    with Store.open(make_store(n_slots=16)) as s, PagedBuffer.for_geometry(s.geometry, 2) as buf:
+        for bad in (10**30, -(10**30)):
+            for call in (s.read, s.invalidate):
+                with pytest.raises(TuttiError, match="out of range") as exc:
+                    call([bad])
+                assert exc.value.errno == errno.ERANGE
+        with pytest.raises(TypeError, match="slots must be ints, got bool"):
+            s.read([True])
+        with s.write(["a"]) as txn:
+            for layer in (-1, 1 << 40):
+                for call in (lambda n=layer: txn.layer(n, buf, [0]), lambda n=layer: txn.wait_layer(n)):
+                    with pytest.raises(TuttiError, match=f"layer {layer} out of range") as exc:
+                        call()
+                    assert exc.value.errno == errno.ERANGE
+            with pytest.raises(TypeError, match="layer must be an int, not str"):
+                txn.layer("0", buf, [0])
+            with pytest.raises(TuttiError, match="block -1 out of range") as exc:
+                txn.veto(-1)
+            assert exc.value.errno == errno.EINVAL
+            txn.abort()
+        for kw, match in (({"first": "0"}, "first must be an int"), ({"count": -5}, "count must be >= 0"),
+                          ({"chunk": 0}, "chunk must be >= 1")):
+            with pytest.raises((TypeError, ValueError), match=match):
+                s.check(**kw)
+        assert s.check(chunk=10**12)["checked"] == 0  # a huge chunk is no huge buffer
+        with pytest.raises(ValueError, match="chunk must be >= 1"):
+            s.committed(chunk=0)
+        with pytest.raises(TypeError, match="fault rules must be a str"):
+            s.set_faults(None)
+
+
+def test_bad_format_and_open_arguments_are_named(tmp_path, make_store, tiny_fp):
+    p = str(tmp_path / "s.img")
+    for kw, err, match in (
+            ({"n_slots": -1}, ValueError, "n_slots -1 is out of range"),
+            ({"n_slots": 1 << 70}, ValueError, "n_slots .* is out of range"),
+            ({"n_slots": "4"}, TypeError, "n_slots must be an int"),
+            ({"capacity_bytes": -1}, ValueError, "capacity_bytes -1 is out of range"),
+            ({"capacity_bytes": float("nan")}, TypeError, "capacity_bytes must be an int"),
+            ({"n_slots": 4, "n_spans": -1}, ValueError, "n_spans -1 is out of range")):
+        with pytest.raises(err, match=match):
+            Store.format([p], tiny_fp, **kw)
+    with pytest.raises(TypeError, match="must be a tutti.Fingerprint, not dict"):
+        Store.format([p], tiny_fp.to_dict(), n_slots=4)
+    with pytest.raises(TypeError, match="member paths"):
+        Store.format([None], tiny_fp, n_slots=4)
+    assert not os.path.exists(p)
+    paths = make_store(tiny_fp)
+    with pytest.raises(TypeError, match="engine must be a str"):
+        Store.open(paths, engine=None)
+    with pytest.raises(ValueError, match="queue_depth -1 is out of range"):
+        Store.open(paths, queue_depth=-1)
+    with pytest.raises(TypeError, match="must be a tutti.Fingerprint"):
+        Store.open(paths, expect={"n_layers": 4})
+    with pytest.raises(TypeError, match="path must be"):
+        Store.probe(None)
+    assert Store.probe(os.fsencode(paths[0]))["path"] == paths[0]
+
+
+@pytest.mark.parametrize("field,value,err", [
+    ("model_id", 5, TypeError), ("dtype", None, TypeError), ("n_layers", 2.0, TypeError),
+    ("n_layers", float("nan"), TypeError), ("head_dim", "64", TypeError), ("kv_heads", True, TypeError),
+    ("model_id", "a\0b", ValueError), ("dtype", "float16\0x", ValueError),
+])
+def test_fingerprint_refuses_values_it_cannot_keep(tiny_fp, field, value, err):
+    """A NUL would end the C string: "a\\0b" would be kept as "a", one identity for two models."""
+    with pytest.raises(err, match=f"fingerprint: {field}"):
+        replace(tiny_fp, **{field: value})
+
+
+def test_a_store_shared_by_threads_is_serialised_not_a_crash(make_store):
+    """The C handle is not thread-safe: two threads in it at once crashed the process (SIGSEGV) or hung it."""
+    import subprocess
+    import sys
+
+    paths = make_store(n_slots=32)
+    code = f"""
+import threading
+from tutti import Store
+s = Store.open({paths!r})
+bad = []
+def worker(t):
+    for i in range(150):
+        k = f"{{t}}-{{i % 40}}".encode()
+        d = (k * s.block_bytes)[:s.block_bytes]
+        s.put(k, d)
+        try:
+            if s.get(k) != d:
+                bad.append(k)
+        except KeyError:
+            pass  # evicted by another thread's put
+        with s.read([x for x in s.lookup([k]) if x is not None]) as txn:
+            txn.finish()
+ts = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert not bad, bad
+assert s.check()["bad"] == 0
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])

@@ -2,19 +2,71 @@
 member paths, fingerprints, geometry, feature masks, the bytes-written counter, statistics, format plans."""
 from __future__ import annotations
 
+import errno
+import operator
 import os
 
+from .errors import TuttiError
 from .model import Fingerprint, Geometry
+
+INT64_MAX = (1 << 63) - 1
+UINT32_MAX = (1 << 32) - 1
+UINT64_MAX = (1 << 64) - 1
+
+
+def whole(value, what: str) -> int:
+    """``value`` as an int (numpy and torch integers too); TypeError naming ``what`` for anything else
+    (a bool, a float, None), rather than cffi's nameless "an integer is required"."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}") from None
+
+
+def c_count(value, what: str, top: int, low: int = 0) -> int:
+    """``value`` as an int in [low, top] for a C field; ValueError naming ``what`` otherwise (cffi says
+    only "can't convert negative number to unsigned" or "int too big to convert")."""
+    v = whole(value, what)
+    if not low <= v <= top:
+        raise ValueError(f"{what} {v if abs(v) < 10**40 else 'of over 40 digits'} is out of range: "
+                         f"{low}..{top}")
+    return v
+
+
+def index_in(value, what: str, n: int, code: int = errno.ERANGE, of: str = "store has") -> int:
+    """``value`` as an index below ``n`` (a slot, a layer): out of range is the TuttiError libtutti itself
+    raises for one (ERANGE), also where the value would not even fit the C argument (negative, huge)."""
+    v = whole(value, what)
+    if not 0 <= v < n:
+        shown = v if abs(v) < 10**40 else "of over 40 digits"
+        raise TuttiError(code, f"{what} {shown} out of range ({of} {n})")
+    return v
 
 
 def _key_source(ffi, key):
     """``key`` (str as UTF-8, or bytes-like) as a C buffer; TypeError otherwise."""
     if isinstance(key, str):
-        key = key.encode()
+        try:
+            key = key.encode()
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 bytes to hash
+            raise ValueError(f"key {key[:40]!r} is not UTF-8 text (it holds a lone surrogate)") from None
     try:
         return ffi.from_buffer(key)
     except TypeError:
         raise TypeError(f"key must be str or bytes-like, not {type(key).__name__}") from None
+
+
+def key_list(keys) -> list:
+    """``keys`` as a list; a lone str or bytes-like is refused, not taken as a sequence of one-character
+    keys (``write("abc")`` would otherwise store three blocks, "a", "b" and "c")."""
+    if isinstance(keys, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"keys must be a list of keys, not one {type(keys).__name__} (wrap it: [key])")
+    try:
+        return list(keys)
+    except TypeError:
+        raise TypeError(f"keys must be a list of keys, not {type(keys).__name__}") from None
 
 
 def key_from_bytes(binding, key) -> bytes:
@@ -31,7 +83,7 @@ def _keys_array(binding, keys):
     """Hash ``keys`` into one C array of back-to-back keys: (array, count)."""
     ffi, lib = binding.ffi, binding.lib
     K = lib.TT_KEY_BYTES
-    keys = list(keys)
+    keys = key_list(keys)
     arr = ffi.new("uint8_t[]", max(len(keys), 1) * K)
     for i, key in enumerate(keys):
         data = _key_source(ffi, key)
@@ -43,7 +95,10 @@ def _member_paths(ffi, paths):
     """Member paths as str (a single path is a one-member store), as a C array, and the strings it borrows."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
-    paths = [os.fsdecode(p) for p in paths]
+    try:
+        paths = [os.fsdecode(p) for p in paths]
+    except TypeError:
+        raise TypeError(f"member paths must be str, bytes or os.PathLike, not {paths!r:.60}") from None
     if not paths:
         raise ValueError("a store needs at least one member path")
     keep = [ffi.new("char[]", os.fsencode(p)) for p in paths]
@@ -52,6 +107,8 @@ def _member_paths(ffi, paths):
 
 def _fp_to_c(lib, fp: Fingerprint, out) -> None:
     """Fill struct tt_fingerprint ``out`` from ``fp``; ValueError if a value does not fit its C field."""
+    if not isinstance(fp, Fingerprint):
+        raise TypeError(f"a fingerprint must be a tutti.Fingerprint, not {type(fp).__name__}")
     try:
         model_id, dtype = fp.model_id.encode(), fp.dtype.encode()
     except UnicodeEncodeError:
@@ -134,18 +191,23 @@ def int_list(xs, what: str) -> list:
     """``xs`` (any iterable, a torch tensor, a numpy array) as a list of ints; TypeError names a miss."""
     if hasattr(xs, "tolist"):
         xs = xs.tolist()
-    xs = list(xs)
+    try:
+        xs = list(xs)
+    except TypeError:
+        raise TypeError(f"{what} must be a list of ints, not {type(xs).__name__}") from None
     for x in xs:
         if not isinstance(x, int) or isinstance(x, bool):
             raise TypeError(f"{what} must be ints, got {type(x).__name__} ({x!r}; a lookup miss?)")
     return xs
 
 
-def _slot_list(slots) -> list:
-    slots = list(slots)
+def slot_list(slots, n_slots: int) -> list:
+    """Slots for an int64_t array: ints (a lookup's None is refused by name); one that cannot be a slot
+    even as int64 is out of range as libtutti says it for any other (ERANGE)."""
+    slots = int_list(slots, "slots")
     for s in slots:
-        if not isinstance(s, int):
-            raise TypeError(f"slot must be an int, not {type(s).__name__} (a lookup miss?)")
+        if not -INT64_MAX - 1 <= s <= INT64_MAX:
+            index_in(s, "slot", n_slots)
     return slots
 
 
@@ -166,9 +228,9 @@ def _format_params(binding, fingerprint, n_spans, span_bytes, stripe_objs):
     """tt_format_params with the size left out (0: fill the smallest member)."""
     p = binding.ffi.new("struct tt_format_params *")
     _fp_to_c(binding.lib, fingerprint, p.fp)
-    p.n_spans = n_spans or 0
-    p.span_bytes = span_bytes or 0
-    p.stripe_objs = stripe_objs or 0
+    p.n_spans = c_count(n_spans or 0, "n_spans", UINT32_MAX)
+    p.span_bytes = c_count(span_bytes or 0, "span_bytes", UINT32_MAX)
+    p.stripe_objs = c_count(stripe_objs or 0, "stripe_objs", UINT32_MAX)
     return p
 
 
@@ -177,9 +239,13 @@ def _plan(binding, p, n_members, n_slots, capacity_bytes, member_bytes):
     if n_slots is not None and capacity_bytes is not None:
         raise ValueError("give n_slots or capacity_bytes, not both")
     ffi, lib = binding.ffi, binding.lib
+    n_members = c_count(n_members, "n_members", UINT32_MAX)
+    member_bytes = c_count(member_bytes or 0, "member_bytes", UINT64_MAX)
+    n_slots = None if n_slots is None else c_count(n_slots, "n_slots", UINT64_MAX)
     geo = ffi.new("struct tt_geometry *")
     need = ffi.new("uint64_t *")
     if capacity_bytes is not None:
+        capacity_bytes = c_count(capacity_bytes, "capacity_bytes", UINT64_MAX)
         # One slot's disk footprint (objects padded to 4 KiB) sets the slot count.
         p.n_slots = 1
         binding.check(lib.tt_store_plan(p, n_members, 0, geo, need), "plan")

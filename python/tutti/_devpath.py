@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 
 from ._cconv import _keys_array, int_list
 from ._txn import _Txn, _WriteOps
@@ -354,6 +355,11 @@ def _attach_file(store, path, torch, dev, n_threads, depth, chunk_bytes):
     if path == "staged":
         b.check(L.tt_file_path_open_staged(p, out), "data path staged")
     else:
+        from .libfile import library_problem
+
+        env = os.environ.get("TUTTI_CUFILE")
+        if env and library_problem(env):  # libtutti would dlopen it: a FIFO blocks that for good
+            raise GdsUnavailable(errno.ENOENT, f"data path gds: TUTTI_CUFILE: {library_problem(env)}")
         rc = L.tt_file_path_open_gds(p, out)
         if rc == -errno.ENOSYS:
             L.tt_clearerr()

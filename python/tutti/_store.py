@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
+import threading
 import uuid as _uuid
 import weakref
 
@@ -35,12 +37,14 @@ from ._cconv import (
     _keys_array,
     _member_paths,
     _plan,
-    _slot_list,
     _stats_dict,
     _struct_dict,
     _written_dict,
+    c_count,
     int_list,
     key_from_bytes,
+    slot_list,
+    whole,
 )
 from ._txn import ReadTxn, Txn, WriteTxn
 from .model import Fingerprint, Geometry
@@ -58,6 +62,10 @@ class _Owned:
         self.dropped: list = []  # _TxnRef of transactions dropped unfinished
         self.path = None  # the attached data path (tutti._devpath.Attached)
         self.registered: list = []  # buffers libtutti holds pinned until close
+        # The C handle is not thread-safe: two threads in it at once crash the process or hang it.  Every
+        # call into the store (and its transactions) holds this, so a Store shared by threads is serialised
+        # instead; re-entrant, since a call may reap or abort transactions.
+        self.lock = threading.RLock()
 
     def on_device(self):
         """The data path's CUDA device current for a call (a launch on another device's stream would fail)."""
@@ -70,6 +78,10 @@ class _Owned:
             ref.abort()
 
     def close(self) -> None:
+        with self.lock:
+            self._close()
+
+    def _close(self) -> None:
         if self.h is None:
             return
         for ref in list(self.txns):
@@ -86,13 +98,23 @@ class _Owned:
         self.registered.clear()
 
 
+def _serial(method):
+    """Run ``method`` holding its store's lock (``_Owned.lock``): one thread in the C handle at a time."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._owned.lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 # ---------------------------------------------------------------- the store
 
 
 class Store:
     """An open Tutti store (``Store.open``); a context manager that closes it.
 
-    Not thread-safe, like the C handle: use it from one thread at a time.  Host memory: read()/write()
+    The C handle is not thread-safe; this class serialises its calls (and its transactions'), so threads
+    sharing a Store take turns instead of crashing the process.  Host memory: read()/write()
     transactions, put()/get()/readinto() of whole blocks; device memory: attach() a data path, then
     read()/write() with a DeviceKV (tutti._devpath).
     """
@@ -166,6 +188,9 @@ class Store:
         """
         b = cls._binding
         ffi, lib = b.ffi, b.lib
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"path must be str, bytes or os.PathLike, not {type(path).__name__}")
+        path = os.fsdecode(path)  # bytes too: a member's name, never "b'...'" in messages
         kinds = {lib.TT_PROBE_NONE: "none", lib.TT_PROBE_STORE: "store",
                  lib.TT_PROBE_OTHER_VERSION: "other_version", lib.TT_PROBE_DAMAGED: "damaged"}
         out = ffi.new("struct tt_probe *")
@@ -195,6 +220,9 @@ class Store:
         """
         b = cls._binding
         ffi, lib = b.ffi, b.lib
+        if not isinstance(engine, str):
+            raise TypeError(f"engine must be a str (auto, uring, psync, kqueue), not {type(engine).__name__}")
+        queue_depth = c_count(queue_depth, "queue_depth", (1 << 32) - 1)
         paths, cpaths, keep = _member_paths(ffi, paths)
         p = ffi.new("struct tt_open_params *")
         p.flags = ((lib.TT_OPEN_RDONLY if readonly else 0)
@@ -270,6 +298,7 @@ class Store:
         self._ok(self._lib().tt_store_get_info(self._handle(), info), "info")
         return info
 
+    @_serial
     def info(self) -> dict:
         """Geometry, fingerprint, occupancy and counters, JSON-serialisable (and the data path, if attached)."""
         info = self._info()
@@ -294,16 +323,19 @@ class Store:
             out.update(path=self.path, device=self.device)
         return out
 
+    @_serial
     def features(self) -> dict:
         """The store's feature masks (see ``_features_dict``)."""
         f = self._ffi.new("struct tt_features *")
         self._lib().tt_store_get_features(self._handle(), f)
         return _features_dict(self._lib(), f)
 
+    @_serial
     def stats(self) -> dict:
         """Counters since open (store and I/O engine)."""
         return _stats_dict(self._info().stats)
 
+    @_serial
     def written(self) -> dict:
         """Bytes the store wrote to each member, kept across restarts in the store itself (``_written_dict``).
 
@@ -337,6 +369,7 @@ class Store:
     # --- whole blocks through host memory and the key index ----------------------
 
     def _block_buffer(self, data, writable=False):
+        self._handle()  # a closed store says so first
         try:
             buf = self._ffi.from_buffer(data, require_writable=writable)
         except (TypeError, BufferError):
@@ -350,12 +383,14 @@ class Store:
     def _key(self, key) -> bytes:
         return key_from_bytes(self._owned.binding, key)
 
+    @_serial
     def put(self, key, data) -> None:
         """Store one block held in host memory, objects in (layer, span) order (the store's CPU engine);
         a stored key is left as is."""
         buf = self._block_buffer(data)
         self._ok(self._lib().tt_store_put(self._handle(), self._key(key), buf, len(buf)), "put")
 
+    @_serial
     def readinto(self, key, buf) -> None:
         """Load the block of ``key`` into writable ``buf``: KeyError on a miss,
         CorruptBlockError (and the slot is dropped) if it fails its checksum."""
@@ -373,6 +408,7 @@ class Store:
         self.readinto(key, buf)
         return bytes(buf)
 
+    @_serial
     def lookup(self, keys) -> list:
         """Slot of each key, or None for a miss; hits become most recently used."""
         arr, n = _keys_array(self._owned.binding, keys)
@@ -383,15 +419,18 @@ class Store:
     def __contains__(self, key) -> bool:
         return self.lookup([key])[0] is not None
 
+    @_serial
     def invalidate(self, slots) -> int:
         """Drop committed slots durably; returns how many were dropped."""
-        slots = int_list(slots, "slots")
+        slots = slot_list(slots, self._geometry.n_slots)
         arr = self._ffi.new("int64_t[]", slots or [0])
         return self._ok(self._lib().tt_store_invalidate(self._handle(), arr, len(slots)), "invalidate")
 
+    @_serial
     def locate(self, slot: int, layer: int, span: int) -> tuple:
         """``(member, byte offset)`` of object (slot, layer, span) on disk (tt_store_locate())."""
         g = self._geometry
+        slot, layer, span = whole(slot, "slot"), whole(layer, "layer"), whole(span, "span")
         if not (0 <= slot < g.n_slots and 0 <= layer < g.n_layers and 0 <= span < g.n_spans):
             raise IndexError(f"object ({slot}, {layer}, {span}) outside {g.n_slots} slots x "
                              f"{g.n_layers} layers x {g.n_spans} spans")
@@ -399,8 +438,13 @@ class Store:
         self._ok(self._lib().tt_store_locate(self._handle(), slot, layer, span, e), "locate")
         return int(e.member), int(e.off)
 
+    @_serial
     def committed(self, chunk: int = 4096) -> dict:
         """Every committed block: {16-byte store key: slot}, from the in-memory index (no I/O)."""
+        chunk = whole(chunk, "chunk")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        chunk = min(chunk, max(self._geometry.n_slots, 1))  # never a buffer larger than the store's slots
         ffi, L = self._ffi, self._lib()
         K = L.TT_KEY_BYTES
         keys = ffi.new("uint8_t[]", chunk * K)
@@ -414,13 +458,13 @@ class Store:
                 out[raw[i * K:(i + 1) * K]] = int(slots[i])
         return out
 
+    @_serial
     def slot_record(self, slot: int) -> dict:
         """The committed record of ``slot`` (no I/O): {"key": 16-byte store key, "gen", "data_sum"}.
 
         What a cluster peer is told it will get and checks it got; KeyError if the slot is not committed.
         """
-        if not isinstance(slot, int) or isinstance(slot, bool):
-            raise TypeError(f"slot must be an int, not {type(slot).__name__}")
+        slot = whole(slot, "slot")
         if not 0 <= slot < self._geometry.n_slots:
             raise IndexError(f"slot {slot} outside the store's {self._geometry.n_slots} slots")
         rec = self._ffi.new("struct tt_slot_record *")
@@ -432,6 +476,7 @@ class Store:
         self._ok(rc, "slot record")
         return {"key": bytes(self._ffi.buffer(rec.key)), "gen": int(rec.gen), "data_sum": int(rec.data_sum)}
 
+    @_serial
     def block_sum(self, data) -> int:
         """The data checksum a commit of ``data`` (one whole block, put()'s layout) records: libtutti's
         own rule (tt_sum_block), to compare with slot_record()'s data_sum."""
@@ -455,6 +500,7 @@ class Store:
 
     # --- layer-wise transfers --------------------------------------------------
 
+    @_serial
     def write(self, keys, kv=None, block_ids=None):
         """Begin storing one block per key (slots: free first, else least recently used).
 
@@ -470,6 +516,7 @@ class Store:
         self._ok(self._lib().tt_store_write_begin(self._handle(), arr, n, out), f"write {n} blocks")
         return WriteTxn(self, out[0], n)
 
+    @_serial
     def read(self, slots, kv=None, block_ids=None):
         """Begin loading committed ``slots`` (from lookup()); they stay pinned until finish.
 
@@ -479,20 +526,24 @@ class Store:
             from . import _devpath
 
             return _devpath.begin(self, slots, kv, block_ids, write=False)
-        slots = _slot_list(slots)
+        slots = slot_list(slots, self._geometry.n_slots)
         arr = self._ffi.new("int64_t[]", slots or [0])
         out = self._ffi.new("struct tt_txn **")
         self._ok(self._lib().tt_store_read_begin(self._handle(), arr, len(slots), out),
                  f"read {len(slots)} blocks")
         return ReadTxn(self, out[0], len(slots))
 
+    @_serial
     def register_memory(self, buffer) -> None:
         """Register a long-lived buffer for fixed-buffer I/O (optional, saves page pinning).
 
         The store keeps the buffer exported (an mmap cannot be closed) until it closes: libtutti has no
         unregister, and memory mapped later at the same address must never be taken for the pinned pages.
         """
-        buf = self._ffi.from_buffer(buffer)
+        try:
+            buf = self._ffi.from_buffer(buffer)
+        except TypeError:
+            raise TypeError(f"memory to register must be a bytes-like buffer, not {type(buffer).__name__}") from None
         self._ok(self._lib().tt_store_register_memory(self._handle(), buf, len(buf)), "register memory")
         self._owned.registered.append(buf)
 
@@ -511,6 +562,7 @@ class Store:
     def _on_device(self):
         return self._owned.on_device()
 
+    @_serial
     def attach(self, path: str = "gio", **params) -> "Store":
         """Give the store a data path for device memory (replacing any); returns self.
 
@@ -522,12 +574,14 @@ class Store:
         _devpath.attach(self, path, **params)
         return self
 
+    @_serial
     def detach(self) -> None:
         """Remove the data path (no transaction may be open).  Idempotent."""
         from . import _devpath
 
         _devpath.detach(self)
 
+    @_serial
     def emulator_stats(self) -> dict:
         """The gio path's emulated controller: commands, errors, bytes, ring wraps, doorbells."""
         from . import _devpath
@@ -544,11 +598,15 @@ class Store:
         ``unreadable`` and kept.  Returns the totals and the list of bad slots.
         """
         n_slots = self._geometry.n_slots
+        first, chunk = whole(first, "first"), whole(chunk, "chunk")
         if not 0 <= first <= n_slots:
             raise ValueError(f"first slot {first} outside the store's {n_slots} slots")
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if count is not None and whole(count, "count") < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
         end = n_slots if count is None else min(n_slots, first + count)
+        chunk = min(chunk, max(end - first, 1), (1 << 32) - 1)  # its bad-slot buffer: no larger than the slots checked
         ffi, L = self._ffi, self._lib()
         res = ffi.new("struct tt_check_result *")
         bad = ffi.new("int64_t[]", chunk)
@@ -556,7 +614,8 @@ class Store:
         pos = first
         while pos < end:
             n = min(chunk, end - pos)
-            found = self._ok(L.tt_store_check(self._handle(), pos, n, int(repair), res, bad, chunk), "check")
+            with self._owned.lock:  # per chunk: progress() below runs unlocked
+                found = self._ok(L.tt_store_check(self._handle(), pos, n, int(repair), res, bad, chunk), "check")
             bad_slots.extend(bad[0:min(found, chunk)])
             pos += n
             if progress is not None:
@@ -564,12 +623,15 @@ class Store:
         return {**_struct_dict(res, ("checked", "ok", "bad", "bad_records", "repaired", "unreadable")),
                 "bad_slots": bad_slots}
 
+    @_serial
     def set_faults(self, spec: str) -> None:
         """Arm fault-injection rules (libtutti's fault.h text form; "" disarms), for tests.
 
         Only a store opened with a ``fault:...`` engine (or with TUTTI_FAULTS set) injects faults; on any
         other the call fails (EOPNOTSUPP).  Rules count I/O from now on.
         """
+        if not isinstance(spec, str):
+            raise TypeError(f"fault rules must be a str, not {type(spec).__name__}")
         self._ok(self._lib().tt_store_set_faults(self._handle(), spec.encode()), "set faults")
 
 

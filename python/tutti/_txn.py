@@ -8,8 +8,11 @@ until then, since the library may still be moving bytes into it.  Device-memory 
 """
 from __future__ import annotations
 
+import errno
 import weakref
 from typing import Any, Callable
+
+from ._cconv import index_in, int_list
 
 
 class _TxnRef:
@@ -31,10 +34,11 @@ class _TxnRef:
 
     def abort(self) -> None:
         """tt_txn_abort() (it waits for the I/O in flight), then let go of the memory."""
-        if self.h is not None and self.owned.h is not None:
-            with self.owned.on_device():
-                self.owned.binding.lib.tt_txn_abort(self.h)
-        self.detach()
+        with self.owned.lock:
+            if self.h is not None and self.owned.h is not None:
+                with self.owned.on_device():
+                    self.owned.binding.lib.tt_txn_abort(self.h)
+            self.detach()
 
     def dropped(self) -> None:
         """Finalizer of an unfinished transaction: its store aborts it at its next call (any thread may run this)."""
@@ -77,13 +81,19 @@ class _Txn:
     def _call(self, fn, *args, what: str):
         """``fn(handle, *args)`` of the store's library with the data path's device current, checked."""
         owned = self._store._owned
-        h = self._handle()
-        with owned.on_device():
-            rc = getattr(owned.binding.lib, fn)(h, *args)
-        return owned.binding.check(rc, what)
+        with owned.lock:
+            h = self._handle()
+            with owned.on_device():
+                rc = getattr(owned.binding.lib, fn)(h, *args)
+            return owned.binding.check(rc, what)
+
+    def _layer_index(self, layer) -> int:
+        """``layer`` as the C call takes it: out of range (negative too) is libtutti's ERANGE."""
+        return index_in(layer, "layer", self._store.geometry.n_layers)
 
     def wait_layer(self, layer: int) -> None:
         """Wait until ``layer`` has moved; reads are verified as they land (raises on an I/O error of the layer)."""
+        layer = self._layer_index(layer)
         self._call("tt_txn_wait_layer", layer, what=f"wait layer {layer}")
 
     def poll(self) -> bool:
@@ -91,20 +101,22 @@ class _Txn:
         for no data I/O (a write's finish still flushes and writes its records).  A failed layer counts as
         completed (``finish()`` reports it); so does a data path that cannot tell."""
         owned = self._store._owned
-        h = self._handle()
-        with owned.on_device():
-            return bool(owned.binding.lib.tt_txn_poll(h))
+        with owned.lock:
+            h = self._handle()
+            with owned.on_device():
+                return bool(owned.binding.lib.tt_txn_poll(h))
 
     def finish(self) -> list:
         """Complete the transaction (writes: flush and commit; reads: verify); per block 0 or a negative errno
         (-EBADMSG, -EIO, -ENODATA, -ECANCELED)."""
         owned = self._store._owned
-        h = self._handle()
-        status = owned.binding.ffi.new("int32_t[]", max(self._n, 1))
-        with owned.on_device():
-            rc = owned.binding.lib.tt_txn_finish(h, status)
-        self._detach()
-        owned.binding.check(rc, "finish")
+        with owned.lock:
+            h = self._handle()
+            status = owned.binding.ffi.new("int32_t[]", max(self._n, 1))
+            with owned.on_device():
+                rc = owned.binding.lib.tt_txn_finish(h, status)
+            self._detach()
+            owned.binding.check(rc, "finish")
         return list(status)[: self._n]
 
     def abort(self) -> None:
@@ -144,6 +156,7 @@ class _WriteOps:
 
     def veto(self, i: int) -> None:
         """Block ``i`` will not be committed (a block already stored stays)."""
+        i = index_in(i, "block", self._n, errno.EINVAL, of="the transaction has")
         self._call("tt_txn_veto", i, what=f"veto block {i}")
 
 
@@ -168,8 +181,9 @@ class Txn(_Txn):
         except ImportError:
             pass
 
-        h = self._handle()
-        block_ids = list(block_ids)
+        self._handle()
+        layer = self._layer_index(layer)
+        block_ids = int_list(block_ids, "block ids")
         if len(block_ids) != self._n:
             raise ValueError(f"{len(block_ids)} block ids for a transaction of {self._n} blocks")
         b = self._store._owned.binding
@@ -177,12 +191,23 @@ class Txn(_Txn):
             bad = [x for x in block_ids if not 0 <= x < memmap.n_blocks]
             if bad:
                 raise IndexError(f"block ids {bad} outside the buffer's {memmap.n_blocks} blocks")
+            # The C memory map has no object size: libtutti moves the store's span_bytes per object, so a
+            # buffer of smaller objects would be overrun (reads) or read past (writes).
+            g = self._store.geometry
+            if memmap.span_bytes != g.span_bytes:
+                raise ValueError(f"the buffer's objects are {memmap.span_bytes} bytes, the store's "
+                                 f"{g.span_bytes}: make it with PagedBuffer.for_geometry(store.geometry, ...)")
             cmap = memmap.memmap_for(b.ffi, user=self)
-        else:
+        elif isinstance(memmap, b.ffi.CData) and b.ffi.typeof(memmap) is b.ffi.typeof("struct tt_memmap *"):
             cmap = memmap
+        else:
+            raise TypeError(f"memory must be a PagedBuffer or a struct tt_memmap * of this store's library, "
+                            f"not {type(memmap).__name__}")
         ids = b.ffi.new("uint32_t[]", block_ids or [0])
-        self._keep.append((memmap, cmap, ids))
-        b.check(b.lib.tt_txn_layer(h, layer, cmap, ids), f"layer {layer}")
+        with self._store._owned.lock:
+            h = self._handle()
+            self._keep.append((memmap, cmap, ids))
+            b.check(b.lib.tt_txn_layer(h, layer, cmap, ids), f"layer {layer}")
 
 
 class WriteTxn(_WriteOps, Txn):

@@ -9,6 +9,7 @@ import mmap
 import random
 import weakref
 
+from ._cconv import whole
 from ._tutti import ffi
 from .errors import TuttiError
 
@@ -23,7 +24,9 @@ class PagedBuffer:
     """
 
     def __init__(self, n_layers, n_spans, n_blocks, span_bytes, block_stride=None):
-        block_stride = span_bytes if block_stride is None else block_stride
+        n_layers, n_spans, n_blocks, span_bytes = (whole(v, name) for v, name in (
+            (n_layers, "n_layers"), (n_spans, "n_spans"), (n_blocks, "n_blocks"), (span_bytes, "span_bytes")))
+        block_stride = span_bytes if block_stride is None else whole(block_stride, "block_stride")
         if min(n_layers, n_spans, n_blocks, span_bytes) < 1:
             raise ValueError("n_layers, n_spans, n_blocks and span_bytes must be >= 1")
         if block_stride < span_bytes:

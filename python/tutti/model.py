@@ -4,6 +4,7 @@ Plain dataclasses with no libtutti dependency, so configuration code (the CLI,
 a vLLM connector's scheduler side) can use them without loading the extension.
 """
 import json
+import operator
 import os
 from dataclasses import asdict, dataclass
 
@@ -25,11 +26,27 @@ class Fingerprint:
     tp_size: int = 1
 
     def __post_init__(self):
+        for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_rank", "tp_size"):
+            value = getattr(self, name)
+            try:
+                whole = operator.index(value) if not isinstance(value, bool) else None
+            except TypeError:
+                whole = None
+            if whole is None:  # a float, str or None would only fail later, in C conversion, unnamed
+                raise TypeError(f"fingerprint: {name} must be an int, not {type(value).__name__}")
+            object.__setattr__(self, name, whole)  # frozen; a numpy integer becomes an int
         for name in ("n_layers", "kv_heads", "head_dim", "block_size", "tp_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"fingerprint: {name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.tp_rank < self.tp_size:
             raise ValueError(f"fingerprint: tp_rank {self.tp_rank} not in [0, tp_size={self.tp_size})")
+        for name in ("model_id", "dtype"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"fingerprint: {name} must be a str, not {type(value).__name__}")
+            # The store keeps them as C strings: "a\0b" would be kept as "a", one identity for two models.
+            if "\0" in value:
+                raise ValueError(f"fingerprint: {name} {value[:40]!r} holds a NUL character")
         if not self.model_id:
             raise ValueError("fingerprint: model_id must not be empty")
 
@@ -97,6 +114,9 @@ class Fingerprint:
                 raise ValueError(f"{where}: missing 'head_dim' (and 'hidden_size' / "
                                  "'num_attention_heads' to derive it)")
             head_dim = hidden // attn_heads
+            if head_dim < 1:
+                raise ValueError(f"{where}: 'hidden_size' {hidden} / 'num_attention_heads' {attn_heads} gives "
+                                 "head_dim 0; give 'head_dim'")
         if dtype is None:
             dtype = config.get("torch_dtype") or config.get("dtype")
             if dtype is None:
@@ -111,9 +131,12 @@ class Fingerprint:
             raise ValueError(f"{where}: '_name_or_path' must be a string, not {_json_type(model_id)}")
         if tp_size < 1:
             raise ValueError(f"tp_size must be >= 1, got {tp_size}")
-        return cls(model_id=model_id, dtype=dtype, n_layers=n_layers,
-                   kv_heads=-(-kv_heads // tp_size), head_dim=head_dim,
-                   block_size=block_size, tp_rank=tp_rank, tp_size=tp_size)
+        try:
+            return cls(model_id=model_id, dtype=dtype, n_layers=n_layers,
+                       kv_heads=-(-kv_heads // tp_size), head_dim=head_dim,
+                       block_size=block_size, tp_rank=tp_rank, tp_size=tp_size)
+        except ValueError as e:  # say which config gave the value
+            raise ValueError(f"{where}: {e}") from None
 
 
 def _json_type(v) -> str:

@@ -135,8 +135,10 @@ int tt_member_open(const char *path, unsigned flags, struct tt_member *m)
 		int err = errno;
 
 		tt_member_close(m);
+		/* flock() conflicts per open file: this process's own handle too */
 		if (err == EWOULDBLOCK)
-			return tt_seterr(-EBUSY, "%s: store is in use by another process", path);
+			return tt_seterr(-EBUSY, "%s: store is in use (open in another process, or in this one)",
+					 path);
 		return tt_seterr(-err, "%s: lock: %s", path, strerror(err));
 	}
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -45,9 +46,9 @@ Errors are one line on stderr: tutti-admin: error: COMMAND: REASON
 
 _UNITS = {
     "": 1, "b": 1,
-    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50, "e": 1 << 60,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "pib": 1 << 50, "eib": 1 << 60,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15, "eb": 10**18,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
@@ -55,7 +56,7 @@ _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
 def parse_size(text: str | int) -> int:
     """'512MiB' -> 536870912, '1TB' -> 10**12, '4096' -> 4096.
 
-    Binary units: K/M/G/T/P, KiB/MiB/GiB/TiB/PiB; decimal units: KB/MB/GB/TB/PB;
+    Binary units: K/M/G/T/P/E, KiB/MiB/GiB/TiB/PiB/EiB; decimal units: KB/MB/GB/TB/PB/EB;
     B or nothing: bytes.  Case-insensitive; a fraction is allowed when the result is
     a whole number of bytes (1.5GiB).  Raises ValueError with the reason otherwise.
     """
@@ -72,8 +73,8 @@ def parse_size(text: str | int) -> int:
         raise ValueError(f"{text!r} is not a size: use a number with an optional unit, e.g. 4096, 512MiB, 2GiB, 1TB")
     number, unit = m.group(1), m.group(2).lower()
     if unit not in _UNITS:
-        raise ValueError(f"unknown unit {m.group(2)!r} in {text!r}: use B, KiB, MiB, GiB, TiB (or K, M, G, T) "
-                         "or KB, MB, GB, TB")
+        raise ValueError(f"unknown unit {m.group(2)!r} in {text!r}: use B, KiB, MiB, GiB, TiB, PiB, EiB "
+                         "(or K, M, G, T, P, E) or KB, MB, GB, TB, PB, EB")
     try:
         value = Decimal(number) * _UNITS[unit]
     except InvalidOperation:  # pragma: no cover - the regex only lets numbers through
@@ -159,12 +160,18 @@ def _store_error(e: OSError, what: str) -> CliError:
     """Map a failure to open or use a store to the CLI's exit codes.
 
     The message is libtutti's reason (it names the member and says what is wrong:
-    "fingerprint mismatch: ...", "store is in use by another process", "not a Tutti
+    "fingerprint mismatch: ...", "store is in use (open in another process, ...)", "not a Tutti
     store"), after the command; the errno picks only the exit code, so nothing is said twice.
     """
     from ..errors import FingerprintMismatch
 
     reason = e.strerror or str(e)
+    if e.filename and not (isinstance(e, FileNotFoundError) or e.errno == errno.ENOENT):
+        # Python's own OSError keeps the path apart from its reason ("Permission denied"); libtutti's
+        # reasons already name the member
+        name = e.filename if isinstance(e.filename, str) else os.fsdecode(e.filename)
+        if name not in reason:
+            reason = f"{shown(name)}: {reason}"
     if isinstance(e, FingerprintMismatch) or e.errno == errno.EMEDIUMTYPE:
         return CliError(f"{what}: {reason}", EXIT_MISMATCH)
     if (isinstance(e, FileNotFoundError) or e.errno == errno.ENOENT) and e.filename:

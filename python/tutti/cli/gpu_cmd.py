@@ -45,7 +45,11 @@ def _cuda() -> dict:
 
 
 def _cufile() -> dict:
+    from ..libfile import library_problem
+
     env = os.environ.get("TUTTI_CUFILE")
+    if env and library_problem(env):  # a FIFO would block dlopen for good
+        return {"ok": False, "detail": f"TUTTI_CUFILE: {library_problem(env)}"}
     for name in ([env] if env else ["libcufile.so.0", "/usr/local/cuda/lib64/libcufile.so.0"]):
         try:
             ctypes.CDLL(name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 from typing import Callable, Mapping
 
 OK, DEGRADED, UNUSABLE, NA = "ok", "degraded", "unusable", "n/a"
@@ -80,8 +81,11 @@ class Machine:
         return os.path.join(self.procfs, *parts)
 
     def read(self, path: str) -> str | None:
-        """A small text file's contents, stripped; None when it cannot be read."""
+        """A small text file's contents, stripped; None when it cannot be read (or is no regular file:
+        opening a FIFO, e.g. CUFILE_ENV_PATH_JSON naming one, would block)."""
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None
             with open(path, encoding="utf-8", errors="replace") as f:
                 return f.read().strip()
         except OSError:

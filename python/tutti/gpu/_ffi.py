@@ -14,6 +14,7 @@ from cffi import FFI
 
 from .. import _cdefs
 from ..errors import GpuLibraryMissing
+from ..libfile import library_problem
 
 CDEF = _cdefs.build(_cdefs.GPU_HEADERS, "abi")
 
@@ -56,9 +57,10 @@ def lib():
     global _lib
     if _lib is None:
         path = library_path()
-        if not path.is_file():
+        problem = library_problem(str(path))
+        if problem:
             raise GpuLibraryMissing(
-                f"{path}: no such file; install the package with `TUTTI_GPU=1 pip install .` or "
+                f"{problem}; install the package with `TUTTI_GPU=1 pip install .` or "
                 "build it with `make gpu-lib` (both need nvcc), or point TUTTI_GPU_LIB at a "
                 "libtutti_gpu.so")
         _lib = ffi.dlopen(str(path))

@@ -250,7 +250,9 @@ class ModelShape:
 
     def fingerprint(self, tp_rank: int):
         from ..model import Fingerprint
-        return Fingerprint(model_id=self.model_id[:127], dtype=self.dtype[:15],
+        def cut(text, n):  # the fields hold n UTF-8 bytes (TT_MODEL_ID_LEN - 1, TT_DTYPE_LEN - 1), not n characters
+            return text.encode("utf-8", "surrogateescape")[:n].decode("utf-8", "ignore")
+        return Fingerprint(model_id=cut(self.model_id, 127), dtype=cut(self.dtype, 15),
                            n_layers=self.n_layers, kv_heads=self.kv_heads, head_dim=self.head_dim,
                            block_size=self.block_size, tp_rank=tp_rank, tp_size=self.tp_size)
 
