@@ -476,7 +476,8 @@ class Store:
         self._ok(rc, "slot record")
         return {"key": bytes(self._ffi.buffer(rec.key)), "gen": int(rec.gen), "data_sum": int(rec.data_sum)}
 
-    @_serial
+    # block_sum and copy_block_sum use no handle: they never wait for another thread's store call (a
+    # cluster fetch checks received blocks while a serve thread reads the store).
     def block_sum(self, data) -> int:
         """The data checksum a commit of ``data`` (one whole block, put()'s layout) records: libtutti's
         own rule (tt_sum_block), to compare with slot_record()'s data_sum."""
