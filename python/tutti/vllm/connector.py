@@ -54,6 +54,40 @@ def _tp_rank() -> int:
         return 0
 
 
+def _describe(spec: Any) -> str:
+    window = getattr(spec, "sliding_window", None)
+    return type(spec).__name__ + (f"(window {window})" if window is not None else "")
+
+
+def _sliding_window(groups: Any) -> int | None:
+    """The model's sliding window in tokens, None for full attention; ConfigError for a KV cache
+    the connector cannot serve correctly (a store block holds one block of every layer, so all
+    layers must share one block table: one KV cache group, of a kind tested here)."""
+    if not groups:
+        return None  # vLLM did not say (older vLLM): the layout checks in the worker still run
+    if len(groups) > 1:
+        kinds = ", ".join(f"{_describe(g.kv_cache_spec)} x{len(g.layer_names)}" for g in groups)
+        raise ConfigError(
+            f"TuttiConnector supports models whose KV cache is one group (every layer full attention, "
+            f"or every layer the same sliding window); this model's has {len(groups)}: {kinds}. Layers "
+            f"that mix sliding-window and full attention become one full-attention group with vLLM's "
+            f"--disable-hybrid-kv-cache-manager (LLM(..., disable_hybrid_kv_cache_manager=True))")
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, SlidingWindowSpec
+
+    spec = groups[0].kv_cache_spec
+    specs = list(getattr(spec, "kv_cache_specs", {}).values()) or [spec]  # UniformTypeKVCacheSpecs
+    kinds = ", ".join(sorted({_describe(s) for s in specs}))
+    log.info("tutti: KV cache: %s", kinds)
+    # Exact types: subclasses (R-SWA, attention sinks, ...) free or share blocks in ways not tested.
+    if all(type(s) in (FullAttentionSpec, MLAAttentionSpec) for s in specs):
+        return None
+    windows = {s.sliding_window for s in specs if type(s) is SlidingWindowSpec}
+    if len(windows) == 1 and all(type(s) is SlidingWindowSpec for s in specs):
+        return windows.pop()
+    raise ConfigError(f"TuttiConnector supports full attention and sliding-window attention (one "
+                      f"window for every layer); this model's KV cache is {kinds}")
+
+
 class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
     """Long shared prefixes load from SSD instead of being recomputed."""
 
@@ -64,10 +98,15 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self.cfg = TuttiConfig.from_extra(self._kv_transfer_config.kv_connector_extra_config)
         self.shape = ModelShape.from_vllm(vllm_config, self.cfg)
-        groups = getattr(kv_cache_config, "kv_cache_groups", None) or []
-        if len(groups) > 1:
-            raise ConfigError(f"TuttiConnector supports models with one KV cache group "
-                              f"(full attention everywhere); this one has {len(groups)}")
+        # Sliding-window models: vLLM frees a running request's blocks once they fall out of the
+        # window (the null block takes their place in its block table) and may hand them to
+        # another request at the next step.  So a save must be written within its step
+        # (save_mode step), and neither loads nor saves may touch the null block (scheduler.py).
+        window = _sliding_window(getattr(kv_cache_config, "kv_cache_groups", None))
+        if window is not None and self.cfg.save_mode != "step":
+            log.info("tutti: sliding window of %d tokens: saves are committed in their step "
+                     "(save_mode step)", window)
+            self.cfg.save_mode = "step"
         self._stats = TuttiStats()
         self._totals = TuttiStats()   # since start, for TUTTI_VLLM_STATS_DIR
         self._sched: SchedulerSide | None = None
@@ -79,7 +118,8 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
                 # A block that fails its checksum is recomputed, not an error for the user.
                 log.info("tutti: kv_load_failure_policy set to %r", policy)
                 self._kv_transfer_config.kv_load_failure_policy = policy
-            self._sched = SchedulerSide(self.cfg, self.shape, vllm_config, self._stats)
+            self._sched = SchedulerSide(self.cfg, self.shape, vllm_config, self._stats,
+                                        windowed=window is not None)
         else:
             from .worker import WorkerSide
             self._worker = WorkerSide(self.cfg, self.shape, _tp_rank(), self._stats)

@@ -10,7 +10,8 @@ multiprocess (bool), ttft (measure time to first token per prompt, one at a
 time), concurrent (all prompts in one batch), first_token_times (all prompts at
 once through the engine's loop, each one's time to its first token),
 max_num_batched_tokens,
-prefix_caching (vLLM's own), abort_after_s (SIGKILL ourselves mid-run).
+prefix_caching (vLLM's own), abort_after_s (SIGKILL ourselves mid-run),
+engine_args (more keyword arguments of vLLM's LLM, e.g. disable_hybrid_kv_cache_manager).
 """
 import glob
 import json
@@ -83,6 +84,21 @@ def _stats_totals(stats_dir):
     return out
 
 
+def _inspect_models_in_process():
+    """vLLM inspects a model class it has not cached (VLLM_CACHE_ROOT) in a fresh interpreter, to
+    keep CUDA uninitialised in the engine's process: ~12 s of imports on 2 cores per architecture.
+    Without a GPU there is nothing to keep uninitialised, so inspect it here."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    try:
+        from vllm.model_executor.models import registry
+    except ImportError:  # pragma: no cover - another vLLM layout: the subprocess it is
+        return
+    if hasattr(registry, "_run_in_subprocess"):
+        registry._run_in_subprocess = lambda fn: fn()
+
+
 def run(spec):
     stats_dir = spec["stats_dir"]
     os.makedirs(stats_dir, exist_ok=True)
@@ -95,6 +111,7 @@ def run(spec):
     from vllm.config import KVTransferConfig
 
     from vllm import LLM, SamplingParams
+    _inspect_models_in_process()
 
     kv = None
     connector = spec.get("connector", "tutti")
@@ -111,6 +128,7 @@ def run(spec):
                   disable_log_stats=True, kv_transfer_config=kv)
     if spec.get("max_num_batched_tokens"):
         kwargs["max_num_batched_tokens"] = spec["max_num_batched_tokens"]
+    kwargs.update(spec.get("engine_args") or {})
     llm = LLM(**kwargs)
     init_s = time.perf_counter() - t0
     if spec.get("abort_after_s"):

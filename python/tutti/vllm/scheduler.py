@@ -125,8 +125,10 @@ class RankIndex:
 
 
 class SchedulerSide:
-    def __init__(self, cfg, shape, vllm_config, stats):
+    def __init__(self, cfg, shape, vllm_config, stats, windowed=False):
         self.cfg, self.shape, self.stats = cfg, shape, stats
+        # Sliding window: vLLM replaces a request's blocks that left the window with its null block.
+        self.windowed = windowed
         self.block_size = shape.block_size
         self.prefix = shape.key_prefix()
         self.ranks = [RankIndex(cfg.member_paths(shape.model_id, r, shape.tp_size),
@@ -270,10 +272,16 @@ class SchedulerSide:
         first = st.local_tokens // self.block_size
         n = num_external_tokens // self.block_size
         keys = [self.key(h) for h in request.block_hashes[first:first + n]]
+        ids = list(block_ids[first:first + n])
+        # Sliding window: hit blocks before the window count as computed but are never read; vLLM
+        # gave them its null block, which must stay untouched.  Only the window's blocks are loaded.
+        null = self._null_block_id()
+        keys, ids = [k for k, i in zip(keys, ids) if i != null], [i for i in ids if i != null]
         remote = max(0, first + n - st.remote_from) if st.remote_from is not None else 0
         self.stats.add(remote_hit_tokens=remote * self.block_size)
-        self.pending_loads.append(BlockTransfer(request.request_id, keys,
-                                                list(block_ids[first:first + n]), remote=remote))
+        if keys:
+            self.pending_loads.append(BlockTransfer(request.request_id, keys, ids,
+                                                    remote=min(remote, len(keys))))
         # Loaded blocks need no save.
         st.next_save = max(st.next_save, first + n)
 
@@ -303,6 +311,7 @@ class SchedulerSide:
             new_computed[req_id] = cached.num_computed_tokens[i]
         block_state = getattr(scheduler_output, "kv_connector_block_state", None)
         seen, offers = set(), []
+        null = self._null_block_id()
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self.reqs.get(req_id)
             if st is None or req_id not in new_computed:
@@ -316,7 +325,14 @@ class SchedulerSide:
             upto = min(done // self.block_size, len(req.block_hashes))
             if upto <= st.next_save:
                 continue
-            block_ids = self.taint.table(req_id)
+            if self.windowed:
+                # The request's block table as vLLM holds it now, after this step's allocation
+                # (the tables vLLM sent the workers still name blocks it has freed since): blocks
+                # that left the window are the null block (not saved), any other stays this
+                # request's until its next step (the save is written within this one).
+                block_ids = self._block_ids_fallback(req_id)
+            else:
+                block_ids = self.taint.table(req_id)
             if block_ids is not None and len(block_ids) < upto:
                 block_ids = None
             if block_ids is None and block_state is not None:
@@ -329,7 +345,7 @@ class SchedulerSide:
             if block_ids is None or len(block_ids) < upto:
                 continue
             blocks = [(b, self.key(req.block_hashes[b])) for b in range(st.next_save, upto)]
-            blocks = [(b, k, block_ids[b]) for b, k in blocks if not self.present(k)]
+            blocks = [(b, k, block_ids[b]) for b, k in blocks if block_ids[b] != null and not self.present(k)]
             # Considered now, offered or not: a save admission refuses is not offered again (its
             # blocks stay unstored unless a later request saves them); a retry (unsaved) or a
             # failed load moves next_save back as before.
@@ -463,6 +479,14 @@ class SchedulerSide:
             return {}
         chosen = {id(c) for c in self.admission.admit([c for c, _ in cands.values()])}
         return {i: part for i, (c, part) in cands.items() if id(c) in chosen}
+
+    def _null_block_id(self):
+        """vLLM's null block (the first block of its pool: 0), never a request's own."""
+        mgr = getattr(self, "kv_cache_manager", None)
+        try:
+            return mgr.block_pool.null_block.block_id
+        except AttributeError:
+            return 0
 
     def _block_ids_fallback(self, req_id):
         mgr = getattr(self, "kv_cache_manager", None)

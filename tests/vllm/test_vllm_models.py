@@ -1,0 +1,105 @@
+"""TuttiConnector on architectures other than the tiny Llama: each either works (a second process
+loads the shared prefix from the store and its greedy outputs equal recompute) or is refused at
+start-up with a ConfigError that says why.  Models are tiny, random and made locally
+(tutti.tiny_model's ``arch``).  Also run by hand, not here (each costs CI time and exercises no
+path these do not): Qwen2, Qwen3, Gemma3 with only sliding layers, Llama with MQA / float16.
+"""
+import os
+import random
+
+import pytest
+
+from tutti import tiny_model
+from vllm_engine import BLOCK, EngineFailed, run_engine, scheduler_stats, worker_stats
+
+PREFIX = 320   # 10 blocks
+WINDOW = 64    # sliding window, in tokens: 2 blocks
+
+
+def _model(vtmp, name, **kw):
+    return tiny_model.create(os.path.join(vtmp, "models", name), "tiny", seed=0, **kw)
+
+
+def _vocab(model):
+    import json
+    with open(os.path.join(model, "config.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def _prompts(vocab, short=False):
+    rng = random.Random(11)
+    prefix = [rng.randrange(3, vocab) for _ in range(PREFIX)]
+    prompts = [prefix + [rng.randrange(3, vocab) for _ in range(30 + 7 * i)] for i in range(2)]
+    if short:  # its window lies over blocks that had left the long prompts' windows when they were saved
+        prompts.append(prefix[:150] + [rng.randrange(3, vocab) for _ in range(25)])
+    return prompts
+
+
+def _cold_then_warm(vtmp, name, model, prompts, **kw):
+    """A first process stores the prompts' blocks, a second one (same store) loads them."""
+    store = os.path.join(vtmp, name, "kv.img")
+    extra = {"capacity": "16MiB"}
+    cold = run_engine(vtmp, f"{name}-cold", model=model, prompts=prompts, store=store, extra=extra, **kw)
+    warm = run_engine(vtmp, f"{name}-warm", model=model, prompts=prompts, store=store, extra=extra, **kw)
+    assert worker_stats(cold).get("save_blocks", 0) >= PREFIX // BLOCK
+    return cold, warm
+
+
+NO_HMA = {"disable_hybrid_kv_cache_manager": True}
+WORKS = {
+    # name: (tiny_model.create keywords, vLLM engine arguments)
+    # MLA: one latent span per token and layer; vLLM's CPU_MLA backend makes blocks 16 tokens.
+    "deepseek_v2-mla": (dict(arch="deepseek_v2"), {}),
+    # Gemma2's interleaved sliding/full layers as one full-attention group (vLLM without its
+    # hybrid KV cache manager): what the refusal below tells the user to do.
+    "gemma2-no-hma": (dict(arch="gemma2"), NO_HMA),
+}
+
+
+@pytest.mark.parametrize("name", list(WORKS))
+def test_architecture_loads_prefix_and_matches(vtmp, name):
+    """One prompt at a time: MLA's greedy outputs on CPU depend on how prompts are batched, with or
+    without a connector."""
+    model_kw, engine_args = WORKS[name]
+    model = _model(vtmp, name, **model_kw)
+    prompts = _prompts(_vocab(model))
+    cold, warm = _cold_then_warm(vtmp, name, model, prompts, engine_args=engine_args, concurrent=False)
+    # The cold run's first prompt found an empty store (computed); its second may load what the
+    # first stored.  The warm run loads the first prompt's prefix and must match.
+    assert warm["outputs"] == cold["outputs"]
+    assert worker_stats(warm).get("load_blocks", 0) >= PREFIX // BLOCK + 1
+    assert worker_stats(warm).get("load_errors", 0) == 0
+
+
+def test_sliding_window_loads_only_the_window(vtmp):
+    """Mistral-style, every layer a 64-token window (with one KV head of 128, float32), prompts of
+    ~350 tokens prefilled in chunks of 128: vLLM frees blocks that leave the window (the null block
+    in their place).  The hit covers the whole prefix, but only the blocks in the window are loaded
+    (none into the null block), each chunk's saves hold the right KV (a shorter prompt's window lies
+    over blocks that had left the long prompts' windows when they were saved), and outputs equal
+    vLLM's without a connector."""
+    model = _model(vtmp, "mistral-w64", arch="mistral", sliding_window=WINDOW, num_key_value_heads=1,
+                   head_dim=128, dtype="float32")
+    prompts = _prompts(_vocab(model), short=True)
+    kw = dict(max_num_batched_tokens=128, engine_args={"dtype": "float32"})
+    base = run_engine(vtmp, "mistral-base", model=model, prompts=prompts, connector="none", **kw)
+    cold, warm = _cold_then_warm(vtmp, "mistral", model, prompts, **kw)
+    assert cold["outputs"] == base["outputs"]
+    assert warm["outputs"] == base["outputs"]
+    hit_blocks = scheduler_stats(warm)["hit_tokens"] // BLOCK
+    loaded = worker_stats(warm).get("load_blocks", 0)
+    assert hit_blocks >= PREFIX // BLOCK
+    assert 0 < loaded <= len(prompts) * -(-WINDOW // BLOCK) < hit_blocks
+    assert worker_stats(warm).get("load_errors", 0) == 0
+
+
+def test_interleaved_sliding_and_full_attention_is_refused(vtmp):
+    """Gemma2 (sliding and full layers alternating) has two KV cache groups under vLLM's hybrid
+    manager: one store block cannot follow two block tables, so the engine does not start."""
+    model = _model(vtmp, "gemma2-no-hma", arch="gemma2")
+    with pytest.raises(EngineFailed) as e:
+        run_engine(vtmp, "gemma2-hma", model=model, prompts=_prompts(_vocab(model)),
+                   store=os.path.join(vtmp, "gemma2-hma", "kv.img"))
+    log = e.value.log
+    assert "ConfigError" in log and "one group" in log
+    assert "SlidingWindowSpec(window 64)" in log and "disable-hybrid-kv-cache-manager" in log
