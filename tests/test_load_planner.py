@@ -262,3 +262,47 @@ def test_the_profile_key_is_checked_when_the_connector_starts(tmp_path):
     s = SchedulerSide(TuttiConfig.from_extra({"path": str(tmp_path / "kv.img"), "profile": str(table)}), shape,
                       vcfg, TuttiStats())
     assert s.planner.prior is not None and s.planner.read_bps == 0.05e9
+
+
+def _io_load(p, bps, blocks=10):
+    p.observe_load(blocks * BLOCK_BYTES, blocks * BLOCK_BYTES / bps, stall_s=0.9 * blocks * BLOCK_BYTES / bps)
+
+
+def test_a_store_cut_whole_is_measured_again_and_a_recovery_loads_again():
+    """Hits cut whole measure nothing: once per PROBE_EVERY_S one loads whole; a probe far from the
+    estimate starts it anew (a slow spell does not stop loading for good); one close to it keeps the cut."""
+    from tutti.sched.online import PROBE_EVERY_S
+
+    now = [0.0]
+    p = LoadPlanner(BLOCK_BYTES, BS, L, clock=lambda: now[0])
+    for _ in range(MIN_SAMPLES):
+        _io_load(p, 1e6)                     # 1 MB/s: loading never pays
+        p.observe_step(1000, 1000 * 1e-4)
+    new = 100 * BS + 16
+    assert p.blocks_to_load(100, new) == 0
+    now[0] = PROBE_EVERY_S - 1
+    assert p.blocks_to_load(100, new) == 0
+    now[0] = PROBE_EVERY_S + 1
+    assert p.blocks_to_load(100, new) == 100      # the probe...
+    assert p.blocks_to_load(100, new) == 0        # ...one hit only
+    _io_load(p, 1.2e6)                            # still slow: the cut stays
+    assert p.blocks_to_load(100, new) == 0 and p.describe()["read_samples"] == MIN_SAMPLES + 1
+    now[0] = 2 * PROBE_EVERY_S + 3
+    assert p.blocks_to_load(100, new) == 100      # the next probe finds the store fast again
+    _io_load(p, 20e9)
+    assert p.describe()["read_samples"] == 1      # the slow window is dropped, the rate measured anew
+    assert p.blocks_to_load(100, new) == 100
+    for _ in range(MIN_SAMPLES):
+        _io_load(p, 20e9)
+    assert p.read_bps == pytest.approx(20e9) and p.blocks_to_load(100, new) == 100
+
+
+def test_a_store_that_became_slow_is_not_taken_for_fast_for_good():
+    """A load compute hid once says the store was at least that fast then, not forever: once the window
+    holds only slow I/O-bound loads, hits are cut."""
+    p = planner(read_bps=20e9, token_s=1e-4, hidden_bps=20e9)
+    assert p.blocks_to_load(100, 1616) == 100
+    from tutti.sched.online import WINDOW
+    for _ in range(WINDOW):
+        _io_load(p, 1e6)
+    assert p.read_bps == pytest.approx(1e6) and p.blocks_to_load(100, 1616) < 100

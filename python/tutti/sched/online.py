@@ -11,6 +11,8 @@ The rates come from the workers: a load the forward waited for most of the time 
 store's read rate; a load hidden under compute only shows the rate is at least that high; prefill steps
 give compute seconds per token.  Medians of the last few samples, so one slow step does not swing it;
 until there are enough, and unless the gain is clear, the whole hit is loaded (what a fast store gets).
+Hits cut whole measure nothing, so once per PROBE_EVERY_S without a load one is let through whole, and a
+rate more than STALE_FACTOR off the estimate drops the old samples: the store is measured anew.
 
 Remote blocks (cluster tier: the last ``remote`` blocks of a hit, held by peers) cost more: the worker
 fetches them into its store before the forward starts (nothing hides that), then loads them like local
@@ -49,7 +51,9 @@ MIN_GAIN = 0.8        # cut a hit only when the predicted time is at most this s
 # store (TCP loopback, then a put) gave on the 2-core test VM (docs/cluster.md); a real network per
 # stream is rarely faster over TCP.
 DEFAULT_FETCH_BPS = 200e6
-PROBE_EVERY_S = 60.0  # remote blocks cut this long without a fetch measured: measure again
+PROBE_EVERY_S = 60.0  # remote blocks cut this long without a fetch measured: measure again;
+                      # the same for local blocks cut whole without a load measured
+STALE_FACTOR = 2.0    # a probe's read rate this far from the estimate: the store changed, measure anew
 
 
 class LoadPlanner:
@@ -63,8 +67,12 @@ class LoadPlanner:
         self.block_bytes, self.block_size, self.n_layers = block_bytes, block_size, n_layers
         # Steps with fewer tokens (decode) are mostly fixed cost: they would overstate a token's.
         self.min_step_tokens = min_step_tokens if min_step_tokens is not None else 2 * block_size
-        self._read: deque = deque(maxlen=WINDOW)      # bytes/s of I/O-bound loads
-        self._hidden_bps = 0.0                        # highest bytes/s of a load compute hid
+        # The last loads, (bytes/s, I/O-bound): those the forward waited for measure the store; those
+        # compute hid only bound it from below.  One window for both, so old evidence of either kind
+        # ages out (a store that was fast once, or slow once, is not taken to be so for good).
+        self._loads: deque = deque(maxlen=WINDOW)
+        self._last_load: float | None = None          # when a load was last measured (or probed)
+        self._probing = False                         # a hit was let through whole to measure again
         self._token: deque = deque(maxlen=WINDOW)     # compute seconds per token
         self._fetch: deque = deque(maxlen=WINDOW)     # bytes/s of fetches from peers (cluster tier)
         self._clock = clock
@@ -79,10 +87,14 @@ class LoadPlanner:
         if nbytes <= 0 or not wall_s > 0:
             return
         bps = nbytes / wall_s
-        if stall_s >= IO_BOUND * wall_s:
-            self._read.append(bps)
-        else:
-            self._hidden_bps = max(self._hidden_bps, bps)
+        io_bound = stall_s >= IO_BOUND * wall_s
+        self._last_load = self._clock()
+        if self._probing:
+            self._probing = False
+            est = self.read_bps
+            if est and io_bound and not est / STALE_FACTOR <= bps <= est * STALE_FACTOR:
+                self._loads.clear()  # the store is not what the window says any more: measure it anew
+        self._loads.append((bps, io_bound))
 
     def observe_step(self, tokens: int, compute_s: float) -> None:
         """A forward that computed ``tokens`` tokens in ``compute_s`` (its load waits taken out)."""
@@ -103,9 +115,13 @@ class LoadPlanner:
 
     @property
     def read_bps(self) -> float | None:
-        if len(self._read) < MIN_SAMPLES:
+        """The store's read rate: the median of the window's I/O-bound loads, at least the fastest load
+        compute hid; the profile's (or None) until MIN_SAMPLES I/O-bound loads are in the window."""
+        io = [bps for bps, io_bound in self._loads if io_bound]
+        if len(io) < MIN_SAMPLES:
             return self._prior_read_bps
-        return max(statistics.median(self._read), self._hidden_bps)
+        return max(statistics.median(io), max((bps for bps, io_bound in self._loads if not io_bound),
+                                              default=0.0))
 
     @property
     def token_s(self) -> float | None:
@@ -166,6 +182,11 @@ class LoadPlanner:
         if best < hit_blocks and self.predict_s(best, new_tokens, rfrom) <= MIN_GAIN * full:  # type: ignore[operator]
             if remote_blocks and self._probe_due():  # the cut takes remote blocks first
                 return hit_blocks  # no fetch measured for long: this hit fetches them, to measure
+            if best == 0 and self._read_probe_due():
+                # Every hit cut whole measures nothing: without this, one slow spell would stop
+                # loading until the server restarts.  One hit per PROBE_EVERY_S loads, to measure.
+                self._probing = True
+                return hit_blocks
             return best
         return hit_blocks
 
@@ -181,10 +202,22 @@ class LoadPlanner:
         self._last_fetch = now
         return True
 
+    def _read_probe_due(self) -> bool:
+        """True (once per PROBE_EVERY_S) when no load was measured for that long."""
+        now = self._clock()
+        if self._last_load is None:
+            self._last_load = now  # cut from a profile table before any load: it rules for a while
+            return False
+        if now - self._last_load < PROBE_EVERY_S:
+            return False
+        self._last_load = now
+        return True
+
     def describe(self) -> dict:
         rb, tt = self.read_bps, self.token_s
         return {"read_MBps": round(rb / 1e6, 2) if rb else None,
                 "token_us": round(tt * 1e6, 2) if tt else None,
                 "fetch_MBps": round(self.fetch_bps / 1e6, 2),
-                "read_samples": len(self._read), "token_samples": len(self._token),
+                "read_samples": sum(1 for _, io_bound in self._loads if io_bound),
+                "token_samples": len(self._token),
                 "fetch_samples": len(self._fetch), "profile": self.prior is not None}
