@@ -24,29 +24,13 @@ uint64_t tt_sum_combine(const uint64_t *sums, uint32_t n)
 	return XXH3_64bits(sums, (size_t)n * sizeof(*sums));
 }
 
-int tt_sum_block(const void *buf, uint32_t span_bytes, uint32_t n_objs,
-		 uint64_t *out)
+/*
+ * The data checksum of a block at @src; with @dst, each object is copied
+ * there first and hashed from the copy, while it is still in cache.
+ */
+static int sum_block(uint8_t *dst, const uint8_t *src, uint32_t span_bytes,
+		     uint32_t n_objs, uint64_t *out)
 {
-	const uint8_t *p = buf;
-	uint64_t *sums;
-
-	if (n_objs == 0)
-		return tt_seterr(-EINVAL, "a block has at least one object");
-	sums = malloc((size_t)n_objs * sizeof(*sums));
-	if (!sums)
-		return tt_seterr(-ENOMEM, "no memory for %u object checksums", n_objs);
-	for (uint32_t m = 0; m < n_objs; m++)
-		sums[m] = tt_sum_object(p + (size_t)m * span_bytes, span_bytes, m);
-	*out = tt_sum_combine(sums, n_objs);
-	free(sums);
-	return 0;
-}
-
-int tt_copy_sum_block(void *dst, const void *src, uint32_t span_bytes,
-		      uint32_t n_objs, uint64_t *out)
-{
-	uint8_t *d = dst;
-	const uint8_t *p = src;
 	uint64_t *sums;
 
 	if (n_objs == 0)
@@ -56,13 +40,29 @@ int tt_copy_sum_block(void *dst, const void *src, uint32_t span_bytes,
 		return tt_seterr(-ENOMEM, "no memory for %u object checksums", n_objs);
 	for (uint32_t m = 0; m < n_objs; m++) {
 		size_t off = (size_t)m * span_bytes;
+		const uint8_t *obj = src + off;
 
-		memcpy(d + off, p + off, span_bytes);
-		sums[m] = tt_sum_object(d + off, span_bytes, m);
+		if (dst) {
+			memcpy(dst + off, obj, span_bytes);
+			obj = dst + off;
+		}
+		sums[m] = tt_sum_object(obj, span_bytes, m);
 	}
 	*out = tt_sum_combine(sums, n_objs);
 	free(sums);
 	return 0;
+}
+
+int tt_sum_block(const void *buf, uint32_t span_bytes, uint32_t n_objs,
+		 uint64_t *out)
+{
+	return sum_block(NULL, buf, span_bytes, n_objs, out);
+}
+
+int tt_copy_sum_block(void *dst, const void *src, uint32_t span_bytes,
+		      uint32_t n_objs, uint64_t *out)
+{
+	return sum_block(dst, src, span_bytes, n_objs, out);
 }
 
 uint64_t tt_sum_record(const struct tt_slot_record *r, uint64_t slot)
