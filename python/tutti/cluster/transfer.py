@@ -153,8 +153,13 @@ class Transfers:
         return check_staging(cfg, block_bytes)
 
     def _count(self, name: str, n: int) -> None:
+        self._count_all(**{name: n})
+
+    def _count_all(self, **counts: int) -> None:
+        """Bump several counters at once: a reader never sees one without the others."""
         with self._stats_lock:
-            self.stats[name] += n
+            for name, n in counts.items():
+                self.stats[name] += n
 
     def start(self) -> None:
         for name, fn in (("read", self._read_loop), ("send", self._send_loop)):
@@ -331,9 +336,7 @@ class Transfers:
             self._count("serve_failures", 1)
             log.info("tutti cluster: serving %s failed: %s", peer, e)
             return
-        with self._stats_lock:  # both at once: a reader never sees the blocks without their bytes
-            self.stats["blocks_served"] += len(sent)
-            self.stats["bytes_served"] += len(sent) * self.bb
+        self._count_all(blocks_served=len(sent), bytes_served=len(sent) * self.bb)
 
     def _read_for_peer(self, blocks, off: int) -> list:
         """Read the blocks whose slot still holds exactly what the requester was promised into the
@@ -483,6 +486,4 @@ class Transfers:
             else:
                 self._count("misses_corrupt", 1)
         n = sum(result)
-        with self._stats_lock:
-            self.stats["remote_hits"] += n
-            self.stats["bytes_fetched"] += n * self.bb
+        self._count_all(remote_hits=n, bytes_fetched=n * self.bb)

@@ -117,11 +117,15 @@ class LoadPlanner:
     def read_bps(self) -> float | None:
         """The store's read rate: the median of the window's I/O-bound loads, at least the fastest load
         compute hid; the profile's (or None) until MIN_SAMPLES I/O-bound loads are in the window."""
-        io = [bps for bps, io_bound in self._loads if io_bound]
+        io = self._io_bound_bps()
         if len(io) < MIN_SAMPLES:
             return self._prior_read_bps
         return max(statistics.median(io), max((bps for bps, io_bound in self._loads if not io_bound),
                                               default=0.0))
+
+    def _io_bound_bps(self) -> list:
+        """Rates of the window's loads the forward waited for: the store's read rate samples."""
+        return [bps for bps, io_bound in self._loads if io_bound]
 
     @property
     def token_s(self) -> float | None:
@@ -218,6 +222,6 @@ class LoadPlanner:
         return {"read_MBps": round(rb / 1e6, 2) if rb else None,
                 "token_us": round(tt * 1e6, 2) if tt else None,
                 "fetch_MBps": round(self.fetch_bps / 1e6, 2),
-                "read_samples": sum(1 for _, io_bound in self._loads if io_bound),
+                "read_samples": len(self._io_bound_bps()),
                 "token_samples": len(self._token),
                 "fetch_samples": len(self._fetch), "profile": self.prior is not None}
