@@ -9,7 +9,9 @@
 //         host-memory backing: write every layer from HBM, read it back into
 //         another buffer with another block map, check bit-exact, GB/s each way
 //   emubw the same with one command per object, checked on the GPU, plus
-//         --copy batch|each|sync   the controller's copy path (TUTTI_EMU_COPY)
+//         --copy kernel|batch|each|sync   who moves the controller's data: the gio
+//                                  kernels (TUTTI_EMU_DMA=kernel) or the copy engines
+//                                  (TUTTI_EMU_DMA=copy, TUTTI_EMU_COPY=batch|each|sync)
 //         --rate G                 bandwidth cap in GB/s (0: none)
 //         --compute 1 [--iosms S]  short FMA kernels launched back to back
 //                                  meanwhile (in an S-SM green context split)
@@ -38,7 +40,7 @@ struct opts {
 	unsigned queues = 32, threads = 8, depth = 1024, warps = 4;
 	unsigned blocks = 65536, layers = 32, runs = 3, span = 4096;
 	unsigned iosms = 0, iters = 1u << 21;	// cmds: 0 = whole GPU
-	std::string copy = "batch";		// emubw
+	std::string copy = "kernel";		// emubw
 	double rate = 0;
 	unsigned compute = 0;
 };
@@ -516,8 +518,14 @@ static int bench_emubw(const opts &o)
 	bool has_dom = false;
 	int rc, sms = 0;
 
-	// The controller reads its copy path at open.
-	setenv("TUTTI_EMU_COPY", o.copy.c_str(), 1);
+	// The controller reads who moves its data at open: "kernel" the gio
+	// kernels (TUTTI_EMU_DMA=kernel), else the copy engines this way.
+	if (o.copy == "kernel") {
+		setenv("TUTTI_EMU_DMA", "kernel", 1);
+	} else {
+		setenv("TUTTI_EMU_DMA", "copy", 1);
+		setenv("TUTTI_EMU_COPY", o.copy.c_str(), 1);
+	}
 	p.rate_gbps = o.rate;
 	if ((rc = gpu_rig_open(&r, &p, o.warps))) {
 		std::fprintf(stderr, "open: %d\n", rc);

@@ -179,9 +179,23 @@ static inline uint32_t run_iocbs(struct gpu_rig *r,
 	    tt_gio_submit_wait(r->gio, b, r->s) || gpu_sync_or_die(r->s, 30)) {
 		tap_diag("batch setup or launch failed");
 	} else {
+		std::vector<uint16_t> st(io.size());
+
+		tt_gio_batch_result(b, &n_err, st.data());
+		if (n_err && n_err != ~0u) {
+			// Which statuses, and where: the first failures say more
+			// than a count.
+			unsigned shown = 0;
+
+			for (size_t i = 0; i < st.size() && shown < 8; i++)
+				if (st[i]) {
+					tap_diag("command %zu of %zu: status 0x%x", i, st.size(),
+						 (unsigned)st[i]);
+					shown++;
+				}
+		}
 		if (status)
-			status->resize(io.size());
-		tt_gio_batch_result(b, &n_err, status ? status->data() : nullptr);
+			*status = st;
 	}
 	tt_gio_batch_destroy(b);
 	cudaFree(d);

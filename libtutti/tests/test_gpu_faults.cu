@@ -17,19 +17,12 @@
 
 #include <tutti/gpu_sum.h>
 
+// 4 queues of 64 on 2 threads, host memory, SGL.
 static struct tt_emu_params params(uint64_t ns_bytes)
 {
-	struct tt_emu_params p = {};
+	struct tt_emu_params p = base_params(4, 64, TT_EMU_HOSTMEM, ns_bytes, true);
 
-	p.n_queues = 4;
-	p.depth = 64;
 	p.n_threads = 2;
-	p.backing = TT_EMU_HOSTMEM;
-	p.n_ns = 1;
-	p.ns_bytes = ns_bytes;
-	p.lba_shift = 12;
-	p.sgls = TT_NVME_SGLS_BYTE_ALIGNED;
-	p.list_chunks = 1;
 	return p;
 }
 

@@ -459,6 +459,21 @@ static void dumps(void)
 	gpu_rig_close(&r);
 }
 
+// The emulated controller's other data mover, the copy engines from its own
+// context (TUTTI_EMU_DMA=copy), and a typo refused rather than measured.
+static void dma_modes(void)
+{
+	struct tt_emu_params p = base_params(2, 64, TT_EMU_HOSTMEM, 1 * MIB, true);
+	struct tt_emu *e = nullptr;
+
+	setenv("TUTTI_EMU_DMA", "copy", 1);
+	round_trip("copy engines", true, 8, 64, 4096, 16 * KIB, 0);
+	setenv("TUTTI_EMU_DMA", "kernels", 1);
+	tap_ok(tt_emu_open(&p, &e) == -EINVAL, "TUTTI_EMU_DMA=kernels (a typo): open refused");
+	tt_emu_close(e);
+	unsetenv("TUTTI_EMU_DMA");
+}
+
 int main(void)
 {
 	gpu_require_device();
@@ -466,6 +481,10 @@ int main(void)
 	round_trip("PRP", false, 8, 64, 4096, 16 * KIB, 0);
 	round_trip("PRP offset", false, 8, 64, 1024, 16 * KIB, 512);
 	round_trip("32 queues wrap", true, 32, 64, 65536, 4 * KIB, 0);
+	// SGL allows any byte address: the GPU's moves (EMU_DMA_KERNEL) then
+	// go byte by byte instead of 16 bytes at a time.
+	round_trip("SGL odd address", true, 4, 64, 256, 16 * KIB, 3);
+	dma_modes();
 	multi_segment(true);
 	multi_segment(false);
 	issue_then_wait();

@@ -11,8 +11,14 @@
  * memory are pinned host memory mapped into the GPU.
  *
  * Bus addresses seen by the emulated controller: data pointers are GPU
- * virtual addresses (its "DMA" is the GPU's copy engine, cudaMemcpyAsync);
- * list memory is addressed by its host address.
+ * virtual addresses; list memory is addressed by its host address.
+ *
+ * Its "DMA" (TUTTI_EMU_DMA, read at open): "kernel" (default) queues each
+ * command's data moves on the queue's move ring (tt_gio_qmem.dma) and the
+ * gio kernels polling that queue do them, so the controller's threads make
+ * no CUDA call and nothing queued on the GPU can hold its data up; "copy"
+ * uses the copy engines from a CUDA context of its own (TUTTI_EMU_COPY:
+ * batch, each, sync), which stalled now and then (docs/gpu.md).
  *
  * Backing stores:
  *   TT_EMU_NULL     completes at once, no data moved (measures the GPU side)
@@ -100,10 +106,10 @@ struct tt_emu;
  * @p: parameters
  * @out: the controller
  *
- * Uses the current CUDA device; the controller's copies run in a CUDA context
- * of its own (emu_ctx.cuh), so they never wait in a hardware queue behind the
- * kernels and streams that wait for them. Return: 0 or a negative errno
- * (-ENOSYS: the driver lacks cuCtxCreate).
+ * Uses the current CUDA device. With TUTTI_EMU_DMA=copy the controller's
+ * copies run in a CUDA context of its own (emu_ctx.cuh). Return: 0 or a
+ * negative errno (-EINVAL: bad parameters or environment value; -ENOSYS:
+ * the driver lacks cuCtxCreate).
  */
 int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out);
 

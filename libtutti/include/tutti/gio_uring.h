@@ -59,6 +59,10 @@ struct CUstream_st; /* cudaStream_t is struct CUstream_st * */
  * @list_bus: bus address of @list (chunks are contiguous on the bus)
  * @list_chunks: chunks per slot; 0 when no PRP list/SGL segment is needed
  * @chunk_bytes: chunk size: the controller page size (PRP lists)
+ * @dma: NULL for a controller that moves its own data (a real SSD DMAs
+ *       into GPU memory across PCIe); a controller without a DMA engine
+ *       (the emulated one, emu_ctrl.h) queues its commands' data moves
+ *       here and the kernels that poll this queue's completions do them
  */
 struct tt_gio_qmem {
 	uint16_t qid;
@@ -71,6 +75,43 @@ struct tt_gio_qmem {
 	uint64_t list_bus;
 	uint32_t list_chunks;
 	uint32_t chunk_bytes;
+	const struct tt_gio_dma *dma;
+};
+
+/* tt_gio_dma_desc.flags */
+#define TT_GIO_DMA_SRC_HOST 1u	/* source is host memory (a read command) */
+
+/**
+ * struct tt_gio_dma_desc - one data move a controller asks the GPU to do
+ * @dst: destination, a GPU-usable address
+ * @src: source, a GPU-usable address
+ * @len: bytes
+ * @flags: TT_GIO_DMA_SRC_HOST when @src is host memory, else @dst is
+ * @done: written by the GPU once the bytes landed: the descriptor's
+ *        sequence number + 1
+ *
+ * Host memory the GPU reads and writes (pinned and mapped); the controller
+ * fills a descriptor, then publishes it by raising tt_gio_dma.posted.
+ */
+struct tt_gio_dma_desc {
+	uint64_t dst;
+	uint64_t src;
+	uint32_t len;
+	uint32_t flags;
+	uint64_t done;
+};
+
+/**
+ * struct tt_gio_dma - a queue's ring of data moves (see tt_gio_qmem.dma)
+ * @posted: GPU-usable address of the count of descriptors published;
+ *          descriptor i lives at @desc[i % @entries]
+ * @desc: GPU-usable address of the ring
+ * @entries: ring entries, a power of two
+ */
+struct tt_gio_dma {
+	volatile uint64_t *posted;
+	struct tt_gio_dma_desc *desc;
+	uint32_t entries;
 };
 
 /**

@@ -6,6 +6,116 @@
 #ifndef TT_EMU_COPY_CUH
 #define TT_EMU_COPY_CUH
 
+// ---- EMU_DMA_KERNEL: the GPU's polling warps move the data (gio_dma_round)
+
+// Free the ring entries of @q whose moves the GPU finished, oldest first.
+static void emu_dma_retire(emu_q *q)
+{
+	while (q->dma_tail < q->dma_head &&
+	       __atomic_load_n(&q->dma_desc[q->dma_tail & (EMU_DMA_ENTRIES - 1)].done,
+			       __ATOMIC_ACQUIRE) == q->dma_tail + 1)
+		q->dma_tail++;
+}
+
+// Fill the next descriptor of @q (published by emu_dma_publish()).
+// Return: false when the ring is full.
+static bool emu_dma_put(emu_q *q, uint64_t dst, uint64_t src, uint32_t len, uint32_t flags)
+{
+	struct tt_gio_dma_desc *d;
+
+	if (q->dma_head - q->dma_tail == EMU_DMA_ENTRIES) {
+		emu_dma_retire(q);
+		if (q->dma_head - q->dma_tail == EMU_DMA_ENTRIES)
+			return false;
+	}
+	d = &q->dma_desc[q->dma_head & (EMU_DMA_ENTRIES - 1)];
+	// Its "done" still holds the last lap's number: not ours until the
+	// GPU writes dma_head + 1 there.
+	d->dst = dst;
+	d->src = src;
+	d->len = len;
+	d->flags = flags;
+	q->dma_head++;
+	return true;
+}
+
+static void emu_dma_publish(emu_q *q)
+{
+	__atomic_store_n(q->dma_posted, q->dma_head, __ATOMIC_RELEASE);
+}
+
+// Publish what is left of @b's copies, as far as the ring has room, in
+// pieces of at most EMU_DMA_CHUNK so several warps share a long one.
+// Return: true once every copy is published.
+static bool emu_dma_post(emu_batch &b)
+{
+	emu_q *q = b.q;
+	bool any = false;
+
+	while (b.dma_copy < b.len.size()) {
+		size_t k = b.dma_copy;
+		uint64_t left = b.len[k] - b.dma_off;
+		uint32_t n = left < EMU_DMA_CHUNK ? (uint32_t)left : EMU_DMA_CHUNK;
+
+		if (!emu_dma_put(q, (uint64_t)(uintptr_t)b.dst[k] + b.dma_off,
+				 (uint64_t)(uintptr_t)b.src[k] + b.dma_off, n,
+				 k < b.n_rd ? TT_GIO_DMA_SRC_HOST : 0))
+			break;
+		any = true;
+		b.dma_off += n;
+		if (b.dma_off == b.len[k]) {
+			b.dma_copy++;
+			b.dma_off = 0;
+		}
+	}
+	if (any) {
+		b.dma_end = q->dma_head;
+		emu_dma_publish(q);
+	}
+	return b.dma_copy == b.len.size();
+}
+
+// Whether all of @b's data landed (publishing the rest first).
+static bool emu_dma_landed(emu_batch &b)
+{
+	if (!emu_dma_post(b))
+		return false;
+	emu_dma_retire(b.q);
+	return b.q->dma_tail >= b.dma_end;
+}
+
+// Move @len bytes through @q's ring and wait until they landed (the rare
+// oversized file command). Return: false when stopping.
+static bool emu_dma_sync(struct tt_emu *e, emu_q *q, uint64_t dst, uint64_t src, uint64_t len,
+			 uint32_t flags)
+{
+	uint64_t off = 0;
+
+	while (off < len) {
+		uint32_t n = len - off < EMU_DMA_CHUNK ? (uint32_t)(len - off) : EMU_DMA_CHUNK;
+
+		if (emu_dma_put(q, dst + off, src + off, n, flags)) {
+			off += n;
+			continue;
+		}
+		emu_dma_publish(q);
+		if (e->stop.load(std::memory_order_relaxed))
+			return false;
+		emu_relax();
+	}
+	emu_dma_publish(q);
+	for (;;) {
+		emu_dma_retire(q);
+		if (q->dma_tail == q->dma_head)
+			return true;
+		if (e->stop.load(std::memory_order_relaxed))
+			return false;
+		emu_relax();
+	}
+}
+
+// ---- EMU_DMA_COPY: the copy engines, from the controller's context
+
 #if CUDART_VERSION >= 12080
 // Copy attributes for one direction. Stream order for the source: a
 // reused bounce buffer must not be read before the batch that filled it.
@@ -92,12 +202,13 @@ static unsigned emu_copy_each(emu_batch &b)
 
 // Append the copies of @b's moving @op commands, merging a copy into the
 // previous one when both ends continue it (one DMA descriptor, not two).
-static void emu_add_copies(emu_batch &b, uint8_t op)
+// @dev: the host end as the GPU addresses it (EMU_DMA_KERNEL).
+static void emu_add_copies(emu_batch &b, uint8_t op, bool dev)
 {
 	size_t first = b.len.size();
 
 	for (const emu_cmd &c : b.cmds) {
-		char *h = c.host;
+		char *h = dev ? c.dev : c.host;
 
 		if (!c.moving || c.opcode != op)
 			continue;
@@ -137,6 +248,7 @@ static uint16_t emu_data_chunked(struct tt_emu *e, emu_batch &b, const emu_cmd &
 	int fd = e->p.fds[c.nsid - 1];
 	uint64_t done = 0, chunk, in_ext = 0;
 	uint32_t i = 0;
+	bool kernel = e->dma == EMU_DMA_KERNEL;
 
 	while (done < c.bytes) {
 		chunk = c.bytes - done < EMU_SLOT_BOUNCE ? c.bytes - done : EMU_SLOT_BOUNCE;
@@ -148,11 +260,18 @@ static uint16_t emu_data_chunked(struct tt_emu *e, emu_batch &b, const emu_cmd &
 			const emu_ext &x = b.ext[c.ext_first + i];
 			uint64_t n = x.len - in_ext < chunk - o ? x.len - in_ext : chunk - o;
 			void *gpu = (void *)(uintptr_t)(x.addr + in_ext);
-			cudaError_t r = c.opcode == TT_NVME_CMD_READ ?
-				cudaMemcpyAsync(gpu, b.bounce + o, n, cudaMemcpyDefault, b.stream) :
-				cudaMemcpyAsync(b.bounce + o, gpu, n, cudaMemcpyDefault, b.stream);
+			uint64_t hd = (uint64_t)(uintptr_t)(b.bounce_dev + o);
+			bool rd = c.opcode == TT_NVME_CMD_READ;
 
-			if (r != cudaSuccess) {
+			if (kernel) {
+				if (!emu_dma_sync(e, b.q, rd ? x.addr + in_ext : hd,
+						  rd ? hd : x.addr + in_ext, n,
+						  rd ? TT_GIO_DMA_SRC_HOST : 0))
+					return TT_NVME_SC_DATA_XFER_ERROR;
+			} else if ((rd ? cudaMemcpyAsync(gpu, b.bounce + o, n, cudaMemcpyDefault,
+							 b.stream) :
+					 cudaMemcpyAsync(b.bounce + o, gpu, n, cudaMemcpyDefault,
+							 b.stream)) != cudaSuccess) {
 				cudaGetLastError();
 				return TT_NVME_SC_DATA_XFER_ERROR;
 			}
@@ -163,7 +282,7 @@ static uint16_t emu_data_chunked(struct tt_emu *e, emu_batch &b, const emu_cmd &
 				in_ext = 0;
 			}
 		}
-		if (cudaStreamSynchronize(b.stream) != cudaSuccess) {
+		if (!kernel && cudaStreamSynchronize(b.stream) != cudaSuccess) {
 			cudaGetLastError();
 			return TT_NVME_SC_DATA_XFER_ERROR;
 		}
@@ -235,10 +354,17 @@ static void emu_issue(struct tt_emu *e, emu_batch &b)
 		if (c.status == TT_NVME_SC_SUCCESS)
 			bytes += c.bytes;
 	}
-	emu_add_copies(b, TT_NVME_CMD_READ);
+	emu_add_copies(b, TT_NVME_CMD_READ, e->dma == EMU_DMA_KERNEL);
 	n_rd = b.len.size();
-	emu_add_copies(b, TT_NVME_CMD_WRITE);
-	if (!b.len.empty()) {
+	b.n_rd = n_rd;
+	emu_add_copies(b, TT_NVME_CMD_WRITE, e->dma == EMU_DMA_KERNEL);
+	if (!b.len.empty() && e->dma == EMU_DMA_KERNEL) {
+		b.dma_copy = 0;
+		b.dma_off = 0;
+		b.dma_end = b.q->dma_head;
+		b.pending = true;
+		emu_dma_post(b);
+	} else if (!b.len.empty()) {
 		cudaError_t r = cudaSuccess;
 
 		if (mode == EMU_COPY_BATCH)

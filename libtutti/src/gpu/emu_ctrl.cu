@@ -10,16 +10,17 @@
 // per command with the phase tag, never past the CQ head doorbell.
 // A thread serves queues q, q + n_threads, ...
 //
-// Data movement: what one fetch takes from a queue is a batch; all its
-// copies go to the copy engines in one cudaMemcpyBatchAsync on its thread's
-// stream, followed by the batch's event. Streams, events and copies live in
-// the controller's own CUDA context (emu_ctx.cuh): they never wait in a
-// hardware queue behind the kernels that wait for them. A thread keeps up to EMU_INFLIGHT
-// batches in flight and posts their CQEs in fetch order once the event says
-// the data landed, so it keeps fetching while the DMA runs. TUTTI_EMU_COPY
-// picks the copy path: "batch" (default), "each" (one cudaMemcpyAsync per
-// extent) or "sync" (per extent and a stream sync per batch, the original
-// path), so one benchmark can compare them.
+// Data movement: what one fetch takes from a queue is a batch. By default
+// (EMU_DMA_KERNEL) its moves go on the queue's move ring and the gio kernels
+// polling the queue do them (gio_dma_round()): the threads make no CUDA
+// call, and the kernels that wait for the data are the ones moving it, so no
+// GPU queue can hold it up. TUTTI_EMU_DMA=copy: all its copies go to the
+// copy engines in one cudaMemcpyBatchAsync on its thread's stream, followed
+// by the batch's event, in the controller's own CUDA context (emu_ctx.cuh);
+// TUTTI_EMU_COPY picks "batch" (default), "each" (one cudaMemcpyAsync per
+// extent) or "sync" (per extent and a stream sync per batch). Either way a
+// thread keeps up to EMU_INFLIGHT batches in flight and posts their CQEs in
+// fetch order once their data landed, so it keeps fetching while data moves.
 //
 // TT_EMU_FILE on tmpfs (a RAM-backed store in /dev/shm): each namespace's
 // file is mapped MAP_SHARED and pinned with cudaHostRegister at open, and
@@ -50,6 +51,7 @@
 #include "tutti/nvme_queue.h"
 #include "tutti/nvme_sgl.h"
 
+#include "pinned.cuh"
 #include "emu_impl.cuh"
 #include "emu_ctx.cuh"
 #include "emu_walk.cuh"
@@ -84,13 +86,18 @@ static bool emu_post(struct tt_emu *e, emu_q *q, uint16_t cid, uint16_t status)
 }
 
 // Namespace memory that @op commands on @nsid use in place, or NULL for
-// the bounce (file backing not mapped, or mapped read-only and a write).
-static char *emu_ns_direct(const struct tt_emu *e, uint32_t nsid, uint8_t op)
+// the bounce (file backing not mapped, or mapped read-only and a write);
+// @dev: the same memory as the GPU addresses it.
+static char *emu_ns_direct(const struct tt_emu *e, uint32_t nsid, uint8_t op, char **dev)
 {
-	if (e->p.backing == TT_EMU_HOSTMEM)
+	if (e->p.backing == TT_EMU_HOSTMEM) {
+		*dev = e->ns_mem_dev[nsid - 1];
 		return e->ns_mem[nsid - 1];
-	if (op == TT_NVME_CMD_READ || e->ns_map_wr[nsid - 1])
+	}
+	if (op == TT_NVME_CMD_READ || e->ns_map_wr[nsid - 1]) {
+		*dev = e->ns_map_dev[nsid - 1];
 		return e->ns_map[nsid - 1];
+	}
 	return nullptr;
 }
 
@@ -120,14 +127,17 @@ static unsigned emu_fetch(struct tt_emu *e, emu_q *q, emu_batch &b)
 		c.moving = false;
 		c.direct = false;
 		c.host = nullptr;
+		c.dev = nullptr;
 		if (c.status == TT_NVME_SC_SUCCESS && c.bytes && e->p.backing != TT_EMU_NULL) {
-			char *m = emu_ns_direct(e, c.nsid, c.opcode);
+			char *md = nullptr, *m = emu_ns_direct(e, c.nsid, c.opcode, &md);
 
 			if (m) {
 				c.host = m + c.off;
+				c.dev = md + c.off;
 				c.direct = true;
 			} else if (used + c.bytes <= EMU_SLOT_BOUNCE) {
 				c.host = b.bounce + used;
+				c.dev = b.bounce_dev + used;
 				// Page aligned for O_DIRECT files.
 				used += (c.bytes + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
 			} else if (n) {
@@ -171,7 +181,13 @@ static int emu_complete(struct tt_emu *e, emu_worker &w, emu_batch &b)
 	uint64_t bytes = 0;
 	unsigned n = 0;
 
-	if (b.pending) {
+	if (b.pending && e->dma == EMU_DMA_KERNEL) {
+		// Host memory the GPU writes: no driver call, no rate limit.
+		if (!emu_dma_landed(b))
+			return 0;
+		b.pending = false;
+		emu_landed(e, b);
+	} else if (b.pending) {
 		// Rate-limited: the query enters the runtime, which the
 		// application's launching thread needs too.
 		uint64_t now = emu_now_ns();
@@ -227,7 +243,8 @@ static int emu_reap(struct tt_emu *e, emu_worker &w)
 	return got;
 }
 
-// The CUDA calls a controller thread makes once running are only these:
+// EMU_DMA_KERNEL: a controller thread makes no CUDA call. EMU_DMA_COPY: the
+// CUDA calls it makes once running are only these:
 // cudaMemcpyBatchAsync / cudaMemcpyAsync and cudaEventRecord on its own
 // non-blocking stream, and rate-limited cudaEventQuery (cudaStreamSynchronize
 // on such a stream in the "sync" mode and for oversized file commands).
@@ -243,8 +260,9 @@ static void emu_thread_run(struct tt_emu *e, unsigned id)
 
 	for (size_t q = id; q < e->qs.size(); q += e->p.n_threads)
 		mine.push_back(e->qs[q]);
-	if (e->ctx ? emu_drv.CtxSetCurrent(e->ctx) != CUDA_SUCCESS :
-		     cudaSetDevice(e->device) != cudaSuccess) {
+	if (e->dma == EMU_DMA_COPY &&
+	    (e->ctx ? emu_drv.CtxSetCurrent(e->ctx) != CUDA_SUCCESS :
+		      cudaSetDevice(e->device) != cudaSuccess)) {
 		e->thread_err.store(-EIO);
 		return;
 	}
@@ -321,7 +339,31 @@ static bool emu_need_bounce(const struct tt_emu *e)
 	return false;
 }
 
-static int emu_worker_init(struct tt_emu *e, emu_worker &w)
+static int emu_host_alloc(struct tt_pinned *m, size_t bytes);
+
+// Batches' bounce buffers and vectors, in the caller's context (the gio
+// kernels move data to and from the bounce buffers in EMU_DMA_KERNEL).
+static int emu_worker_alloc(struct tt_emu *e, emu_worker &w)
+{
+	for (emu_batch &b : w.b) {
+		if (emu_need_bounce(e)) {
+			if (emu_host_alloc(&b.bounce_mem, EMU_SLOT_BOUNCE))
+				return -ENOMEM;
+			b.bounce = b.bounce_mem.host;
+			b.bounce_dev = b.bounce_mem.dev;
+		}
+		b.cmds.reserve(EMU_MAX_FETCH);
+		b.ext.reserve(EMU_MAX_FETCH * 4);
+		b.dst.reserve(EMU_MAX_FETCH * 4);
+		b.src.reserve(EMU_MAX_FETCH * 4);
+		b.len.reserve(EMU_MAX_FETCH * 4);
+	}
+	return 0;
+}
+
+// EMU_DMA_COPY: a thread's stream and its batches' events, in the
+// controller's context.
+static int emu_worker_init(emu_worker &w)
 {
 	if (cudaStreamCreateWithFlags(&w.stream, cudaStreamNonBlocking) != cudaSuccess)
 		return -EIO;
@@ -329,15 +371,6 @@ static int emu_worker_init(struct tt_emu *e, emu_worker &w)
 		b.stream = w.stream;
 		if (cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming) != cudaSuccess)
 			return -EIO;
-		if (emu_need_bounce(e) &&
-		    cudaHostAlloc((void **)&b.bounce, EMU_SLOT_BOUNCE, cudaHostAllocPortable) !=
-			    cudaSuccess)
-			return -ENOMEM;
-		b.cmds.reserve(EMU_MAX_FETCH);
-		b.ext.reserve(EMU_MAX_FETCH * 4);
-		b.dst.reserve(EMU_MAX_FETCH * 4);
-		b.src.reserve(EMU_MAX_FETCH * 4);
-		b.len.reserve(EMU_MAX_FETCH * 4);
 	}
 	return 0;
 }
@@ -385,15 +418,12 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	}
 	for (emu_worker &w : c->workers)
 		for (emu_batch &b : w.b)
-			if (b.bounce)
-				cudaFreeHost(b.bounce);
+			tt_pinned_free(&b.bounce_mem);
 	for (emu_q *q : c->qs) {
-		if (q->mem)
-			cudaFreeHost(q->mem);
+		tt_pinned_free(&q->mem);
 		delete q;
 	}
-	if (c->bar)
-		cudaFreeHost(c->bar);
+	tt_pinned_free(&c->bar_mem);
 	for (i = 0; i < TT_EMU_MAX_NS; i++) {
 		if (c->ns_mem[i])
 			cudaFreeHost(c->ns_mem[i]);
@@ -407,15 +437,11 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 	delete c;
 }
 
-static int emu_host_alloc(void **host, void **dev, size_t bytes)
+// Pinned host memory the GPU can address (m->dev), in every context,
+// starting on a page (pinned.cuh: PRP lists must).
+static int emu_host_alloc(struct tt_pinned *m, size_t bytes)
 {
-	if (cudaHostAlloc(host, bytes, cudaHostAllocMapped | cudaHostAllocPortable) !=
-	    cudaSuccess)
-		return -ENOMEM;
-	std::memset(*host, 0, bytes);
-	if (cudaHostGetDevicePointer(dev, *host, 0) != cudaSuccess)
-		return -EIO;
-	return 0;
+	return tt_pinned_alloc(m, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
 }
 
 // TT_EMU_FILE: map namespace @i's file and pin it, so its commands skip
@@ -444,7 +470,7 @@ static const char *emu_map_ns(struct tt_emu *c, unsigned i, double *secs)
 	uint64_t ns = c->p.ns_bytes, have, room;
 	size_t len = (size_t)((ns + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE);
 	int fd = c->fds[i], fl = fcntl(fd, F_GETFL);
-	unsigned flags = cudaHostRegisterPortable;
+	unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
 	struct statfs sf;
 	struct stat st;
 	cudaError_t r;
@@ -472,6 +498,11 @@ static const char *emu_map_ns(struct tt_emu *c, unsigned i, double *secs)
 	auto t0 = std::chrono::steady_clock::now();
 	r = cudaHostRegister(m, len, flags);
 	*secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+	if (r == cudaSuccess) {
+		r = cudaHostGetDevicePointer((void **)&c->ns_map_dev[i], m, 0);
+		if (r != cudaSuccess)
+			cudaHostUnregister(m);
+	}
 	if (r != cudaSuccess) {
 		cudaGetLastError();
 		munmap(m, len);
@@ -487,6 +518,7 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 {
 	const char *mode = std::getenv("TUTTI_EMU_COPY");
 	const char *map = std::getenv("TUTTI_EMU_FILE_MAP");
+	const char *dma = std::getenv("TUTTI_EMU_DMA");
 	struct tt_emu *c;
 	size_t bar_bytes;
 	unsigned i;
@@ -502,6 +534,8 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	else
 		return -EINVAL;	// a typo must not measure the wrong path
 	if (map && std::strcmp(map, "0") && std::strcmp(map, "1"))
+		return -EINVAL;
+	if (dma && std::strcmp(dma, "kernel") && std::strcmp(dma, "copy"))
 		return -EINVAL;
 	if (!p || p->n_queues == 0 || p->n_queues > 1024 || p->depth < 2 ||
 	    p->depth > 65536 || p->n_threads == 0 || p->n_ns == 0 ||
@@ -526,6 +560,7 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	c->cmds = c->errors = c->bytes = c->sq_wraps = c->cq_wraps = c->doorbells = 0;
 	c->next_free_ns = 0;
 	c->copy.store(copy);
+	c->dma = dma && !std::strcmp(dma, "copy") ? EMU_DMA_COPY : EMU_DMA_KERNEL;
 	{
 		const char *to = std::getenv("TUTTI_GIO_WAIT_TIMEOUT_S");
 
@@ -542,6 +577,8 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 			c->idle_sleep_us = 10000;
 	}
 	std::memset(c->ns_mem, 0, sizeof(c->ns_mem));
+	std::memset(c->ns_mem_dev, 0, sizeof(c->ns_mem_dev));
+	std::memset(c->ns_map_dev, 0, sizeof(c->ns_map_dev));
 	std::memset(c->ns_map, 0, sizeof(c->ns_map));
 	std::memset(c->ns_map_len, 0, sizeof(c->ns_map_len));
 	std::memset(c->ns_map_wr, 0, sizeof(c->ns_map_wr));
@@ -551,18 +588,23 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		delete c;
 		return -ENODEV;
 	}
-	rc = emu_ctx_create(c->device, &c->ctx);
+	// Only the copy engines need a context of the controller's own.
+	rc = c->dma == EMU_DMA_COPY ? emu_ctx_create(c->device, &c->ctx) : 0;
 	if (rc) {
 		delete c;
 		return rc;
 	}
 	bar_bytes = tt_nvme_db_offset((uint16_t)p->n_queues, true, 0) + 4;
 	bar_bytes = (bar_bytes + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
-	rc = emu_host_alloc((void **)&c->bar, (void **)&c->bar_dev, bar_bytes);
+	rc = emu_host_alloc(&c->bar_mem, bar_bytes);
+	c->bar = c->bar_mem.host;
+	c->bar_dev = c->bar_mem.dev;
 	if (p->backing == TT_EMU_HOSTMEM)
 		for (i = 0; i < p->n_ns && !rc; i++)
-			if (cudaHostAlloc(&c->ns_mem[i], p->ns_bytes, cudaHostAllocPortable) !=
-			    cudaSuccess)
+			if (cudaHostAlloc(&c->ns_mem[i], p->ns_bytes,
+					  cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess ||
+			    cudaHostGetDevicePointer((void **)&c->ns_mem_dev[i], c->ns_mem[i], 0) !=
+				    cudaSuccess)
 				rc = -ENOMEM;
 	if (p->backing == TT_EMU_FILE && !rc) {
 		bool dbg = std::getenv("TUTTI_EMU_DEBUG") != nullptr;
@@ -590,6 +632,10 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		size_t cq_off = (sq_b + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
 		size_t l_off = cq_off + (cq_b + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
 		size_t l_b = (size_t)p->depth * p->list_chunks * EMU_PAGE;
+		// EMU_DMA_KERNEL: the count (a cache line of its own), then the ring.
+		size_t d_off = l_off + l_b;
+		size_t d_b = c->dma == EMU_DMA_KERNEL ?
+			64 + (size_t)EMU_DMA_ENTRIES * sizeof(struct tt_gio_dma_desc) : 0;
 		char *host, *dev;
 		struct tt_gio_qmem *m = &c->qmem[i];
 		uint16_t qid = (uint16_t)(i + 1);
@@ -599,10 +645,11 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 			break;
 		}
 		c->qs.push_back(q);
-		rc = emu_host_alloc(&q->mem, (void **)&dev, l_off + l_b);
+		rc = emu_host_alloc(&q->mem, d_off + d_b);
 		if (rc)
 			break;
-		host = (char *)q->mem;
+		host = q->mem.host;
+		dev = q->mem.dev;
 		q->qid = qid;
 		q->depth = p->depth;
 		q->sq = (struct tt_nvme_sqe *)host;
@@ -623,13 +670,27 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		m->list_bus = l_b ? (uint64_t)(uintptr_t)(host + l_off) : 0;
 		m->list_chunks = p->list_chunks;
 		m->chunk_bytes = EMU_PAGE;
+		m->dma = nullptr;
+		if (d_b) {
+			q->dma_posted = (volatile uint64_t *)(host + d_off);
+			q->dma_desc = (struct tt_gio_dma_desc *)(host + d_off + 64);
+			q->dma.posted = (volatile uint64_t *)(dev + d_off);
+			q->dma.desc = (struct tt_gio_dma_desc *)(dev + d_off + 64);
+			q->dma.entries = EMU_DMA_ENTRIES;
+			m->dma = &q->dma;
+		}
 	}
 	if (!rc) {
 		c->workers.resize(p->n_threads);
+		for (emu_worker &w : c->workers)
+			if (!rc)
+				rc = emu_worker_alloc(c, w);
+	}
+	if (!rc && c->dma == EMU_DMA_COPY) {
 		if (emu_ctx_enter(c->ctx)) {	// streams and events in its context
 			for (emu_worker &w : c->workers)
 				if (!rc)
-					rc = emu_worker_init(c, w);
+					rc = emu_worker_init(w);
 			emu_ctx_leave(c->ctx);
 		} else {
 			rc = -EIO;
@@ -690,7 +751,12 @@ extern "C" uint64_t tt_emu_queue_cmds(const struct tt_emu *c, unsigned q)
 
 extern "C" unsigned tt_emu_n_streams(const struct tt_emu *c)
 {
-	return c ? (unsigned)c->workers.size() : 0;
+	unsigned n = 0;
+
+	if (c)
+		for (const emu_worker &w : c->workers)
+			n += w.stream != nullptr;
+	return n;
 }
 
 #include "emu_dump.cuh"

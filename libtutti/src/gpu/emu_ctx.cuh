@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// emu_ctx.cuh - the emulated controller's own CUDA context.
+// emu_ctx.cuh - the emulated controller's own CUDA context (TUTTI_EMU_DMA=copy
+// only: by default the gio kernels move its data and it needs no context).
 // Included once, by emu_ctrl.cu.
 //
 // CUDA runs the streams of one context through CUDA_DEVICE_MAX_CONNECTIONS

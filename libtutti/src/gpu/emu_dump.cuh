@@ -44,7 +44,6 @@ static T emu_peek(const T &v)
 
 extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 {
-	static const char *copy_names[] = {"batch", "each", "sync"};
 	uint64_t now = emu_now_ns();
 	struct tt_emu_stats st;
 	int copy;
@@ -52,10 +51,12 @@ extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 	if (!c || !f)
 		return;
 	copy = c->copy.load(std::memory_order_relaxed);
-	std::fprintf(f, "emu: %u queues of depth %u, %u threads x %u batches (%u streams), copy "
-		     "%s, backing %d, cap %.2f GB/s, stop %d, diag %s\n", c->p.n_queues, c->p.depth,
-		     c->p.n_threads, EMU_INFLIGHT, tt_emu_n_streams(c),
-		     copy >= 0 && copy <= 2 ? copy_names[copy] : "?", c->p.backing, c->p.rate_gbps,
+	std::fprintf(f, "emu: %u queues of depth %u, %u threads x %u batches (%u streams), data "
+		     "moved by %s, backing %d, cap %.2f GB/s, stop %d, diag %s\n", c->p.n_queues,
+		     c->p.depth, c->p.n_threads, EMU_INFLIGHT, tt_emu_n_streams(c),
+		     c->dma == EMU_DMA_KERNEL ? "the gio kernels" :
+		     copy == 0 ? "copy engines (batch)" : copy == 1 ? "copy engines (each)" :
+		     copy == 2 ? "copy engines (sync)" : "?", c->p.backing, c->p.rate_gbps,
 		     (int)c->stop.load(std::memory_order_relaxed),
 		     c->diag ? "on" : "off (no thread positions or batch ages)");
 	for (size_t i = 0; i < c->qs.size(); i++) {
@@ -72,6 +73,11 @@ extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 			     cdb < d && ct < d ? (ct + d - cdb) % d : 0u,
 			     cdb < d && ct < d && (ct + 1) % d == cdb ? ", CQ FULL" : "",
 			     (unsigned long long)q->cmds.load(std::memory_order_relaxed));
+		if (q->dma_desc)
+			std::fprintf(f, "emu q%zu data moves: %llu posted, %llu seen done by the GPU "
+				     "(published %llu)\n", i, (unsigned long long)emu_peek(q->dma_head),
+				     (unsigned long long)emu_peek(q->dma_tail),
+				     (unsigned long long)*q->dma_posted);
 	}
 	for (size_t t = 0; t < c->workers.size(); t++) {
 		const emu_worker &w = c->workers[t];
@@ -100,7 +106,11 @@ extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 				std::fprintf(f, ", age ?");
 			if (dl > now)
 				std::fprintf(f, ", held by the cap %.1f ms more", (double)(dl - now) / 1e6);
-			std::fprintf(f, ", event %s\n", emu_query_str(c, b.done));
+			if (c->dma == EMU_DMA_KERNEL)
+				std::fprintf(f, ", data moves up to %llu\n",
+					     (unsigned long long)emu_peek(b.dma_end));
+			else
+				std::fprintf(f, ", event %s\n", emu_query_str(c, b.done));
 		}
 	}
 	tt_emu_get_stats(c, &st);

@@ -18,7 +18,19 @@
 #define EMU_POLL_NS 20000u	// least time between two event queries
 #define EMU_IDLE_SLEEP_US 50u	// an idle thread's sleep (0: sched_yield)
 #define EMU_TMPFS_MAGIC 0x01021994	// TMPFS_MAGIC, linux/magic.h
+// Data moves the GPU does for us (EMU_DMA_KERNEL): ring entries per queue
+// and the largest move in one descriptor, so several warps share a long
+// extent.
+#define EMU_DMA_ENTRIES 4096u
+#define EMU_DMA_CHUNK (64u << 10)
 
+// Who moves a command's data between GPU memory and the host:
+// EMU_DMA_KERNEL: the gio kernels polling the queue (tt_gio_qmem.dma), so
+//   the controller's threads make no CUDA call at all and no GPU queue can
+//   hold its data up (the copy-engine mode stalled: docs/gpu.md);
+// EMU_DMA_COPY: the copy engines, from the controller's own CUDA context
+//   (emu_ctx.cuh), in one of the emu_copy_mode ways.
+enum emu_dma_mode { EMU_DMA_KERNEL, EMU_DMA_COPY };
 enum emu_copy_mode { EMU_COPY_BATCH, EMU_COPY_EACH, EMU_COPY_SYNC };
 
 // tt_emu_pause(), tt_emu_abort().
@@ -48,7 +60,15 @@ struct emu_q {
 	uint8_t phase;
 	uint32_t last_db;
 	std::atomic<uint64_t> cmds;
-	void *mem;			// the cudaHostAlloc block
+	struct tt_pinned mem;		// rings, lists, data moves
+	// EMU_DMA_KERNEL: the ring of data moves (host views), what the
+	// GPU is told (device views), descriptors published (dma_head, a
+	// copy of *dma_posted) and the oldest not yet seen done (dma_tail).
+	struct tt_gio_dma_desc *dma_desc;
+	volatile uint64_t *dma_posted;
+	struct tt_gio_dma dma;
+	uint64_t dma_head;
+	uint64_t dma_tail;
 };
 
 // One fetched command, between fetch and completion.
@@ -65,6 +85,7 @@ struct emu_cmd {
 	bool direct;			// host is namespace memory: no pread/pwrite
 	char *host;			// namespace memory or bounce buffer;
 					// NULL: file command larger than the bounce
+	char *dev;			// @host as the GPU addresses it
 };
 
 // What one fetch took from one queue, from fetch until its CQEs are posted.
@@ -76,7 +97,15 @@ struct emu_batch {
 	std::vector<size_t> len;
 	cudaStream_t stream = nullptr;	// its thread's stream (emu_worker::stream)
 	cudaEvent_t done = nullptr;
+	struct tt_pinned bounce_mem = {};
 	char *bounce = nullptr;		// TT_EMU_FILE: EMU_SLOT_BOUNCE bytes
+	char *bounce_dev = nullptr;	// the GPU's address of it
+	// EMU_DMA_KERNEL: next copy to publish and how far into it; the
+	// batch's data landed once the queue's dma_tail reached dma_end.
+	size_t n_rd = 0;		// copies to the GPU, first in dst/src/len
+	size_t dma_copy = 0;
+	uint64_t dma_off = 0;
+	uint64_t dma_end = 0;
 	bool pending = false;		// done recorded, not yet seen complete
 	uint64_t deadline_ns = 0;	// bandwidth cap: post no earlier
 	uint64_t issued_ns = 0;		// e->diag: when it was fetched
@@ -106,14 +135,18 @@ struct tt_emu {
 	CUcontext ctx;			// the controller's own (emu_ctx.cuh)
 	std::vector<emu_q *> qs;
 	std::vector<struct tt_gio_qmem> qmem;
+	struct tt_pinned bar_mem;
 	char *bar;			// emulated BAR0 (doorbells), host view
 	char *bar_dev;
 	char *ns_mem[TT_EMU_MAX_NS];
+	char *ns_mem_dev[TT_EMU_MAX_NS];	// the GPU's addresses of them
 	// TT_EMU_FILE on tmpfs: the file mapped and registered, or NULL;
 	// ns_map_wr: writes go through it too (the fd is open for writing).
 	char *ns_map[TT_EMU_MAX_NS];
 	size_t ns_map_len[TT_EMU_MAX_NS];
 	bool ns_map_wr[TT_EMU_MAX_NS];
+	char *ns_map_dev[TT_EMU_MAX_NS];
+	int dma;			// enum emu_dma_mode (TUTTI_EMU_DMA)
 	std::vector<std::thread> threads;
 	std::atomic<bool> stop;
 	std::atomic<int> thread_err;

@@ -258,7 +258,7 @@ static void fp_free(struct tt_file_path *fp)
 			if (c.ev)
 				cudaEventDestroy(c.ev);
 			cudaFree(c.dev);
-			cudaFreeHost(c.host);
+			tt_pinned_free(&c.host_mem);
 		}
 		if (w.ev)
 			cudaEventDestroy(w.ev);
@@ -342,9 +342,12 @@ static int fp_alloc(struct tt_file_path *fp)
 			if (cudaEventCreateWithFlags(&c.ev, FP_EVENT) != cudaSuccess ||
 			    cudaMalloc(&c.dev, fp->chunk_bytes) != cudaSuccess)
 				return -ENOMEM;
-			if (fp->be->host_chunks &&
-			    cudaHostAlloc(&c.host, fp->chunk_bytes, cudaHostAllocPortable) != cudaSuccess)
-				return -ENOMEM;
+			if (fp->be->host_chunks) {
+				if (tt_pinned_alloc(&c.host_mem, fp->chunk_bytes,
+						    cudaHostAllocPortable))
+					return -ENOMEM;
+				c.host = c.host_mem.host;
+			}
 		}
 	}
 	return 0;

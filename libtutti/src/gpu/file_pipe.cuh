@@ -20,6 +20,7 @@
 #include "tutti/devpath.h"
 #include "tutti/gpu_sum.h"
 #include "tutti/staged_path.h"
+#include "pinned.cuh"
 
 #define FP_RING		1024u	// layers queued to the threads, all transactions
 #define FP_SUM_STREAMS	8u	// layer q completes on stream q % 8
@@ -35,6 +36,7 @@ struct fp_txn;
 
 // One staging unit: pinned host memory (staged) and device memory.
 struct fp_chunk {
+	struct tt_pinned host_mem;	// O_DIRECT: page aligned (pinned.cuh)
 	void *host;
 	void *dev;
 	const void *src;	// what to_dev copies: host, or a mapped file's bytes

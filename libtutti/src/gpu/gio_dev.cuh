@@ -62,6 +62,11 @@ struct gio_q {
 	const uint64_t *list_bus;	/* bus address of every chunk */
 	uint32_t list_chunks;
 	uint32_t chunk_bytes;
+	/* The controller's data moves (tt_gio_qmem.dma), or NULL. */
+	const volatile uint64_t *dma_posted;
+	struct tt_gio_dma_desc *dma_desc;
+	uint32_t dma_mask;		/* entries - 1 */
+	unsigned long long dma_claim;	/* descriptors a warp took */
 };
 
 /* Everything a kernel needs, passed by value. */
@@ -238,6 +243,123 @@ static __device__ void gio_submit_chunk(const struct gio_kargs &a,
 		gio_st64(&q->published, base + cnt);
 	}
 	__syncwarp();
+}
+
+#define GIO_DMA_UNROLL 8	/* 16-byte loads in flight per lane */
+
+/* Loads: host memory the controller refilled must not hit a stale line. */
+static __device__ __forceinline__ uint4 gio_dma_ld16(const uint4 *p, bool host)
+{
+	return host ? __ldcv(p) : __ldcg(p);
+}
+
+static __device__ __forceinline__ void gio_dma_st16(uint4 *p, uint4 v, bool host)
+{
+	if (host)
+		__stwt(p, v);
+	else
+		__stcg(p, v);
+}
+
+/*
+ * Move @len bytes from @src to @dst, a whole warp; @src_host: the source is
+ * host memory (else the destination is). 16-byte accesses, several in
+ * flight per lane, when both ends and the length allow (LBA-sized moves
+ * always do); bytes otherwise.
+ */
+static __device__ void gio_dma_copy(char *dst, const char *src, uint32_t len, bool src_host)
+{
+	const unsigned lane = threadIdx.x & 31;
+	uint32_t i, k, u;
+
+	if ((((uintptr_t)dst | (uintptr_t)src | len) & 15) == 0) {
+		const uint4 *s = (const uint4 *)src;
+		uint4 *d = (uint4 *)dst, v[GIO_DMA_UNROLL];
+		const uint32_t n = len / 16;
+
+		for (i = 0; i < n; i += 32 * GIO_DMA_UNROLL) {
+#pragma unroll
+			for (u = 0; u < GIO_DMA_UNROLL; u++) {
+				k = i + u * 32 + lane;
+				if (k < n)
+					v[u] = gio_dma_ld16(s + k, src_host);
+			}
+#pragma unroll
+			for (u = 0; u < GIO_DMA_UNROLL; u++) {
+				k = i + u * 32 + lane;
+				if (k < n)
+					gio_dma_st16(d + k, v[u], !src_host);
+			}
+		}
+		return;
+	}
+	for (i = lane; i < len; i += 32)
+		((volatile char *)dst)[i] = ((const volatile char *)src)[i];
+}
+
+/*
+ * Do data moves the controller queued on @q (tt_gio_qmem.dma) until none is
+ * left unclaimed; called by a whole warp, any number of warps at once.
+ * Return: moves done by this warp.
+ *
+ * A move is claimed with a CAS on a device counter, so each is done once;
+ * its "done" word is written after a system-scope fence, so the controller
+ * that sees it (and then posts the CQE) sees the bytes.
+ */
+static __device__ unsigned gio_dma_round(struct gio_q *q)
+{
+	const unsigned lane = threadIdx.x & 31;
+	unsigned long long i = 0, c, prev, posted;
+	unsigned done = 0;
+	uint64_t dst = 0, src = 0;
+	uint32_t len = 0, flags = 0;
+	int got;
+
+	if (!q->dma_posted)
+		return 0;
+	for (;;) {
+		got = 0;
+		if (lane == 0) {
+			posted = *q->dma_posted;
+			/* The descriptors behind the count, not older copies. */
+			__threadfence_system();
+			c = gio_ld64(&q->dma_claim);
+			while (c < posted) {
+				prev = atomicCAS(&q->dma_claim, c, c + 1);
+				if (prev == c) {
+					got = 1;
+					i = c;
+					break;
+				}
+				c = prev;
+			}
+			if (got) {
+				const struct tt_gio_dma_desc *d = &q->dma_desc[i & q->dma_mask];
+
+				dst = __ldcv((const unsigned long long *)&d->dst);
+				src = __ldcv((const unsigned long long *)&d->src);
+				len = __ldcv(&d->len);
+				flags = __ldcv(&d->flags);
+			}
+		}
+		got = __shfl_sync(GIO_FULL_MASK, got, 0);
+		if (!got)
+			return done;
+		dst = __shfl_sync(GIO_FULL_MASK, dst, 0);
+		src = __shfl_sync(GIO_FULL_MASK, src, 0);
+		len = __shfl_sync(GIO_FULL_MASK, len, 0);
+		flags = __shfl_sync(GIO_FULL_MASK, flags, 0);
+		__syncwarp();	/* lane 0's fence orders our data loads too */
+		gio_dma_copy((char *)(uintptr_t)dst, (const char *)(uintptr_t)src, len,
+			     flags & TT_GIO_DMA_SRC_HOST);
+		__threadfence_system();
+		__syncwarp();
+		if (lane == 0) {
+			__threadfence_system();
+			*(volatile unsigned long long *)&q->dma_desc[i & q->dma_mask].done = i + 1;
+		}
+		done++;
+	}
 }
 
 /*

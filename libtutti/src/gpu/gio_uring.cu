@@ -41,6 +41,7 @@ struct tt_gio {
 	// would. Destroying the caller's stream to get one is undefined (it
 	// crashed the test on the H200).
 	unsigned fault_launches;
+	bool dma;	// the controller has us move its data (tt_gio_qmem.dma)
 };
 
 struct tt_gio_batch {
@@ -87,11 +88,15 @@ __global__ void gio_issue_kernel(struct gio_kargs a)
 	gio_submit_queue(a, blockIdx.x, threadIdx.x / 32, blockDim.x / 32);
 }
 
-// wait_cqe: blockIdx.x = queue, one warp polls until the batch is done.
+// wait_cqe: blockIdx.x = queue, warp 0 polls until the batch is done; with
+// a controller that has no DMA engine, every warp does its data moves.
 __global__ void gio_wait_kernel(struct gio_kargs a)
 {
+	struct gio_q *q = &a.qs[blockIdx.x];
+	const bool reaper = threadIdx.x < 32;
+
 	while (!gio_batch_done(a))
-		if (!gio_reap_round(&a.qs[blockIdx.x]))
+		if (!gio_dma_round(q) && !(reaper && gio_reap_round(q)))
 			__nanosleep(128);
 }
 
@@ -111,10 +116,15 @@ __global__ void gio_submit_wait_kernel(struct gio_kargs a)
 		gio_submit_queue(a, blockIdx.x, warp - 1, nw - 1);
 		if ((threadIdx.x & 31) == 0)
 			atomicSub(&submitters_left, 1u);
+		// Then help with the controller's data moves, if it has us do them.
+		while (q->dma_posted && !(*(volatile unsigned *)&submitters_left == 0 &&
+					  gio_ld64(&q->reaped) == gio_ld64(&q->ticket)))
+			if (!gio_dma_round(q))
+				__nanosleep(64);
 		return;
 	}
 	for (;;) {
-		if (!gio_reap_round(q)) {
+		if (!gio_dma_round(q) && !gio_reap_round(q)) {
 			if (*(volatile unsigned *)&submitters_left == 0 &&
 			    gio_ld64(&q->reaped) == gio_ld64(&q->ticket))
 				break;
@@ -223,6 +233,18 @@ extern "C" int tt_gio_open(const struct tt_gio_params *p, struct tt_gio **out)
 		q->list = (char *)m->list;
 		q->list_chunks = m->list_chunks;
 		q->chunk_bytes = m->chunk_bytes;
+		if (m->dma) {
+			uint32_t ne = m->dma->entries;
+
+			if (!m->dma->posted || !m->dma->desc || ne == 0 || (ne & (ne - 1))) {
+				rc = -EINVAL;
+				break;
+			}
+			q->dma_posted = m->dma->posted;
+			q->dma_desc = m->dma->desc;
+			q->dma_mask = ne - 1;
+			g->dma = true;
+		}
 		rc = gio_dalloc(g, &q->slot_gen, m->depth);
 		if (!rc)
 			rc = gio_dalloc(g, &q->slots, m->depth);
@@ -424,7 +446,8 @@ extern "C" int tt_gio_wait_cqe(struct tt_gio *g, struct tt_gio_batch *b,
 		return -EINVAL;
 	gio_args(b, &a);
 	return gio_reaped_on(b, stream,
-			     gio_cuda_err(tt_launch(gio_wait_kernel, g->nq, 32, (cudaStream_t)stream, a)));
+			     gio_cuda_err(tt_launch(gio_wait_kernel, g->nq, g->dma ? 32 * g->warps : 32,
+						    (cudaStream_t)stream, a)));
 }
 
 extern "C" int tt_gio_batch_result(struct tt_gio_batch *b, uint32_t *n_err,
@@ -611,6 +634,14 @@ extern "C" void tt_gio_dump(struct tt_gio *g, FILE *f)
 			std::fprintf(f, " | sq_db not host-visible");
 		if (cdb)
 			std::fprintf(f, " cq_db %u", *cdb);
+		if (x->dma_posted) {
+			const volatile uint64_t *posted =
+				(const volatile uint64_t *)gio_host_view(x->dma_posted);
+
+			std::fprintf(f, " | data moves claimed %llu", x->dma_claim);
+			if (posted)
+				std::fprintf(f, " of %llu posted", (unsigned long long)*posted);
+		}
 		if (ring && x->cq.head < x->depth) {
 			unsigned ph = ring[x->cq.head].status & TT_NVME_STATUS_PHASE;
 

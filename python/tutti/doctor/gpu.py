@@ -197,8 +197,9 @@ def check_queues(m: Machine) -> Check:
     n = int(raw)
     if n < 8:
         return Check("gpu", name, DEGRADED, f"CUDA_DEVICE_MAX_CONNECTIONS={n}: fewer hardware queues than CUDA's "
-                     "default; with 1 the gio path's emulated-controller copies stall (docs/gpu.md), and "
-                     "below 8 it was never tested", "unset CUDA_DEVICE_MAX_CONNECTIONS, or set it to 8..32")
+                     "default: streams share them, so loads, saves and compute wait on each other's work; the "
+                     "emulated controller's copy engines (TUTTI_EMU_DMA=copy) stall with 1 (docs/gpu.md)",
+                     "unset CUDA_DEVICE_MAX_CONNECTIONS, or set it to 8..32")
     return Check("gpu", name, OK, f"CUDA_DEVICE_MAX_CONNECTIONS={n}")
 
 
