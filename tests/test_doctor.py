@@ -229,7 +229,7 @@ def test_no_gpu_means_not_applicable_and_no_cuda_call(tmp_path):
 
     m = machine(tmp_path, gpu=False, live_over={"cuda": boom, "green": boom, "cufile_lib": boom})
     checks = [c for c in gpu.checks(m) if c.area == "gpu"]
-    assert len(checks) == 8 and all(c.status == NA for c in checks)
+    assert len(checks) == 9 and all(c.status == NA for c in checks)
 
 
 def test_ext_caps_loop_ends():

@@ -27,6 +27,20 @@ from .model import Geometry
 
 PATHS = ("gio", "staged", "gds", "host")
 GPU_PATHS = ("gio", "staged", "gds")
+# What the emulated controller reads from the environment when it opens, and the values it takes
+# (emu_ctrl.h): any other value makes it refuse to open, so that a typo never measures the wrong path.
+EMU_ENV = {"TUTTI_EMU_DMA": ("kernel", "copy"), "TUTTI_EMU_COPY": ("batch", "each", "sync"),
+           "TUTTI_EMU_FILE_MAP": ("0", "1")}
+
+
+def emu_env_problem(environ=None) -> str | None:
+    """Why the emulated controller would refuse to open with this environment, or None."""
+    env = os.environ if environ is None else environ
+    for name, values in EMU_ENV.items():
+        v = env.get(name)
+        if v is not None and v not in values:
+            return f"{name}={v!r}: one of {', '.join(values)}, or unset"
+    return None
 
 
 def _memmap(ffi, n_layers, n_spans, bases, strides):
@@ -315,6 +329,9 @@ def _check_params(path, backing, n_queues, depth, n_threads, prp_only, warps_per
             raise ValueError(f"gio depth {depth}: at least 64 ring entries")
         if rate_gbps < 0:
             raise ValueError(f"rate_gbps {rate_gbps} < 0")
+        why = emu_env_problem()
+        if why:
+            raise ValueError(f"data path gio: {why}")
     elif path != "host" and (backing != "file" or prp_only or warps_per_queue or rate_gbps):
         raise ValueError(f"backing, prp_only, warps_per_queue and rate_gbps are gio parameters, not {path}'s")
     if min(n_queues, depth, n_threads, chunk_bytes, warps_per_queue) < 0:

@@ -1,5 +1,6 @@
 """GPU checks: CUDA, IOMMU mode and ACS on the GPU-SSD path, BAR1, nvidia-p2p, green contexts, CUDA's
-hardware queues, cuFile/GDS; and vLLM's version against the range the connector was tested with.
+hardware queues, the emulated controller's environment, cuFile/GDS; and vLLM's version against the range the
+connector was tested with.
 
 Without an NVIDIA GPU on the PCI bus every GPU check is ``n/a`` and nothing CUDA is loaded.
 """
@@ -203,6 +204,21 @@ def check_queues(m: Machine) -> Check:
     return Check("gpu", name, OK, f"CUDA_DEVICE_MAX_CONNECTIONS={n}")
 
 
+def check_emu_env(m: Machine) -> Check:
+    """The emulated controller's environment (the gio data path opens one): a value it does not take makes
+    the path refuse to open."""
+    from .._devpath import emu_env_problem
+
+    name = "emulated controller"
+    why = emu_env_problem(m.environ)
+    if why:
+        return Check("gpu", name, DEGRADED, f"{why}: the gio data path refuses to open",
+                     "unset it, or set one of the values named")
+    dma = m.environ.get("TUTTI_EMU_DMA", "kernel")
+    return Check("gpu", name, OK, "its data moved by the gio kernels (TUTTI_EMU_DMA=kernel)" if dma == "kernel"
+                 else "its data moved by the copy engines (TUTTI_EMU_DMA=copy: stalls were seen, docs/gpu.md)")
+
+
 def _json_with_comments(text: str):
     """cufile.json has // comments: drop them (outside strings) and parse."""
     out, i, quoted = [], 0, False
@@ -264,11 +280,12 @@ def check_vllm(m: Machine) -> Check:
 
 def checks(m: Machine) -> list[Check]:
     found = gpus(m)
-    names = ("CUDA", "IOMMU", "ACS", "BAR1", "nvidia-p2p", "green contexts", "CUDA hardware queues", "cuFile")
+    names = ("CUDA", "IOMMU", "ACS", "BAR1", "nvidia-p2p", "green contexts", "CUDA hardware queues",
+             "emulated controller", "cuFile")
     if not found:
         out = [_no_gpu(n, i == 0) for i, n in enumerate(names)]
     else:
         ssds = nvme_controllers(m)
         out = [check_cuda(m, found), check_iommu(m, found, ssds), check_acs(m, found, ssds), check_bar1(m, found),
-               check_p2p(m), check_green(m), check_queues(m), check_cufile(m)]
+               check_p2p(m), check_green(m), check_queues(m), check_emu_env(m), check_cufile(m)]
     return out + [check_vllm(m)]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import weakref
 
+from .._devpath import emu_env_problem
 from ._ffi import TT_EMU_FILE, TT_EMU_HOSTMEM, TT_EMU_MAX_NS, TT_EMU_NULL, TT_NVME_SGLS_BYTE_ALIGNED, check, ffi, lib
 
 BACKINGS = {"null": TT_EMU_NULL, "hostmem": TT_EMU_HOSTMEM, "file": TT_EMU_FILE}
@@ -21,6 +22,9 @@ class EmulatedController:
             raise ValueError(f"backing {backing!r}: one of {', '.join(BACKINGS)}")
         if not 1 <= n_ns <= TT_EMU_MAX_NS:
             raise ValueError(f"{n_ns} namespaces: 1..{TT_EMU_MAX_NS}")
+        why = emu_env_problem()
+        if why:
+            raise ValueError(f"emulated controller: {why}")
         self.n_ns, self.ns_bytes, self.n_queues, self.lba_shift = n_ns, ns_bytes, n_queues, lba_shift
         self.rate_gbps = rate_gbps
         p = ffi.new("struct tt_emu_params *")
