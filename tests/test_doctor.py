@@ -164,6 +164,31 @@ def test_file_on_a_non_nvme_disk(tmp_path):
         "no block device" in c[f"device {tmp_path / 'new.img'}"].detail
 
 
+def test_an_existing_member_is_looked_into(tmp_path, tiny_fp):
+    """A server opens a member that exists as a store (only a missing one is created): doctor said "ready"
+    for a file of random bytes.  Now libtutti's probe says what the member holds."""
+    from tutti import Store
+    from tutti.doctor import live
+
+    m = machine(tmp_path / "m", live_over={"store_kind": live.store_kind})
+    junk = tmp_path / "junk.img"
+    junk.write_bytes(os.urandom(1 << 20))
+    c = by_name(storage.checks(m, (str(junk),)))[f"store {junk}"]
+    assert c.status == UNUSABLE and "holds no Tutti store" in c.detail and "tutti-admin format" in c.fix
+    good = tmp_path / "kv.img"
+    Store.format([str(good)], tiny_fp, n_slots=4)
+    c = by_name(storage.checks(m, (str(good),)))[f"store {good}"]
+    assert c.status == OK and "member 1 of 1" in c.detail
+    kinds = {"damaged": "no valid superblock copy", "other_version": "format version 9"}
+    for kind, words in kinds.items():
+        m = machine(tmp_path / kind, live_over={"store_kind": lambda p, k=kind: {"kind": k, "version": 9}})
+        c = by_name(storage.checks(m, (str(good),)))[f"store {good}"]
+        assert c.status == UNUSABLE and words in c.detail and c.fix, (kind, c)
+    # Nothing to look into: a directory, a member that does not exist yet.
+    names = by_name(storage.checks(m, (str(tmp_path), str(tmp_path / "new.img"))))
+    assert not [n for n in names if n.startswith("store ")]
+
+
 # ------------------------------------------------------------------ GPU and vLLM
 
 

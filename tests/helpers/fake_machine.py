@@ -141,6 +141,7 @@ def good_live() -> dict:
         "green": lambda: {"ok": True, "detail": "cuda-bindings with cuGreenCtxCreate"},
         "cufile_lib": lambda: {"ok": True, "detail": "libcufile.so.0 loads"},
         "libtutti": lambda: None,
+        "store_kind": lambda path: {"kind": "store", "version": 1, "member_index": 0, "n_members": 1},
         "version_of": lambda dist: "0.32.0" if dist == "vllm" else None,
         "uname": lambda: "6.12.0-1-amd64",
     }

@@ -63,6 +63,7 @@ class Machine:
     green: Callable[[], dict] = None  # type: ignore[assignment]  # {"ok", "detail"}
     cufile_lib: Callable[[], dict] = None  # type: ignore[assignment]  # {"ok", "detail"}
     libtutti: Callable[[], str | None] = None  # type: ignore[assignment]  # None if the binding loads, else why
+    store_kind: Callable[[str], dict | None] = None  # type: ignore[assignment]  # Store.probe of a member, None if unreadable
     version_of: Callable[[str], str | None] = None  # type: ignore[assignment]  # installed version of a distribution
     uname: Callable[[], str] = None  # type: ignore[assignment]  # kernel release
 
@@ -70,7 +71,7 @@ class Machine:
         from . import live
 
         for name in ("uring_setup", "odirect", "id_ctrl", "cuda", "green", "cufile_lib", "libtutti",
-                     "version_of", "uname"):
+                     "store_kind", "version_of", "uname"):
             if getattr(self, name) is None:
                 setattr(self, name, getattr(live, name))
 

@@ -168,8 +168,33 @@ def check_path(m: Machine, path: str, table) -> list[Check]:
         out.append(Check("storage", f"O_DIRECT {path}", UNUSABLE, f"{od[1]}",
                          "give the serving user read and write access (root, or group disk for block devices), "
                          "or check dmesg for I/O errors"))
+    if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        out += _store_check(m, path)
     out.append(_device_check(m, path, name, bdf, table))
     return out
+
+
+def _store_check(m: Machine, path: str) -> list[Check]:
+    """What an existing member holds: a server opens it as a store (only a member that does not exist
+    is created), so anything but a store this tutti reads cannot serve."""
+    label = f"store {path}"
+    p = m.store_kind(path)
+    if p is None:
+        return []   # unreadable: the O_DIRECT line says why (or the libtutti line, without the binding)
+    kind = p.get("kind")
+    if kind == "store":
+        return [Check("storage", label, OK, f"a Tutti store's member {p.get('member_index', 0) + 1} of "
+                      f"{p.get('n_members', 1)} (format version {p.get('version')})")]
+    if kind == "other_version":
+        return [Check("storage", label, UNUSABLE, f"a Tutti store of format version {p.get('version')}, which "
+                      "this tutti does not open", "run the tutti that made it (docs/format.md says how a store "
+                      "is upgraded), or reformat: tutti-admin format --force (its KV is lost)")]
+    if kind == "damaged":
+        return [Check("storage", label, UNUSABLE, "Tutti superblock magic but no valid superblock copy",
+                      "tutti-admin check shows what is left; tutti-admin format --force makes a new store")]
+    return [Check("storage", label, UNUSABLE, "holds no Tutti store: a server given it cannot open it (only a "
+                  "member that does not exist yet is created)", "tutti-admin format PATH... (overwrites it), "
+                  "or name a path that does not exist yet")]
 
 
 def _same(mount_dev: str, path: str, name: str | None) -> bool:
