@@ -426,6 +426,19 @@ def test_attach_config_parsing(tmp_path):
     assert devices.read_attach_config(str(tmp_path / "missing.conf")) == (set(), [])
 
 
+def test_hotplug_report_lines_are_never_wrapped(fake_cli, monkeypatch, tmp_path):
+    """udev logs each line of hotplug's stderr as one journal entry: a problem naming a long config path
+    must stay one line (rich wrapped it at 120 columns)."""
+    d = tmp_path / ("d" * 150)
+    d.mkdir()
+    conf = d / "attach.conf"
+    conf.write_text("0000:00:04.0\nnot an address or serial\n")
+    monkeypatch.setattr(devices, "attach", lambda bdf, *a, **k: ({}, True))
+    lines = [ln for ln in err_of(run(["hotplug", "0000:00:04.0", "--config", str(conf)])).splitlines() if ln]
+    assert len(lines) == 2, lines
+    assert str(conf) + ":2" in lines[0] and lines[1].endswith("attached to tutti.ko")
+
+
 @pytest.mark.parametrize("line", ["0000:00:04.0", "tuttiA"], ids=["address", "serial"])
 def test_hotplug_attaches_a_listed_controller(fake_cli, monkeypatch, tmp_path, line):
     conf = tmp_path / "attach.conf"

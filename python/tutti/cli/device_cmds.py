@@ -369,7 +369,7 @@ def hotplug_cmd(device, config):
         raise _device_error(e, "hotplug") from None
     con = make_console(stderr=True)
     for p in problems:
-        con.print(f"tutti-admin: hotplug: {p}", markup=False)
+        con.print(f"tutti-admin: hotplug: {p}", markup=False, soft_wrap=True)  # a log line: never wrapped
     bdf = _resolve_device(device, "hotplug")
     try:
         if not hotplug_wanted(bdf, entries):
@@ -377,4 +377,5 @@ def hotplug_cmd(device, config):
         _, changed = attach(bdf)
     except DeviceError as e:
         raise _device_error(e, "hotplug") from None
-    con.print(f"tutti-admin: hotplug: {bdf} " + ("attached to tutti.ko" if changed else "already on tutti.ko"))
+    con.print(f"tutti-admin: hotplug: {bdf} " + ("attached to tutti.ko" if changed else "already on tutti.ko"),
+              markup=False, soft_wrap=True)

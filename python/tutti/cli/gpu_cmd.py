@@ -122,6 +122,6 @@ def gpu_cmd(require, as_json):
                       "refuse to start[/red] (needs " + ", ".join(s["paths"]["staged"]["missing"]) + ")")
     if missing:
         if not as_json:
-            make_console(stderr=True).print(f"required data path(s) not ready: {', '.join(missing)}")
+            make_console(stderr=True).print(f"required data path(s) not ready: {', '.join(missing)}", soft_wrap=True)
         raise SystemExit(EXIT_PROBLEMS)
     raise SystemExit(EXIT_OK)

@@ -343,7 +343,7 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     else:
         print_bench(make_console(), res)
         if output:
-            make_console().print(f"results written to {output}")
+            make_console().print(f"results written to {output}", markup=False, soft_wrap=True)
 
 
 def _run_bench(run, cfg, log):
@@ -376,7 +376,7 @@ def _bench_compare(path, prefix_tokens, runs, fp, engine, no_fio, seed, force, l
     else:
         lr.print_compare(make_console(), res)
         if output:
-            make_console().print(f"results written to {output}")
+            make_console().print(f"results written to {output}", markup=False, soft_wrap=True)
 
 
 def print_bench(con, res: dict) -> None:
