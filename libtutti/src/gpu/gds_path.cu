@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include "tutti/error.h"
 #include "tutti/gds_path.h"
@@ -34,12 +35,20 @@ static void *cf_sym(void *h, const char *name)
 }
 
 // TUTTI_CUFILE names the library; else the loader's path, then the
-// toolkit's own folder (often not on the loader's path).
-static void *cf_dlopen(void)
+// toolkit's own folder (often not on the loader's path). A path that is no
+// regular file is refused before dlopen: opening a FIFO blocks for good.
+static void *cf_dlopen(bool *refused)
 {
 	const char *env = getenv("TUTTI_CUFILE");
-	void *h = dlopen(env && *env ? env : "libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
+	struct stat st;
+	void *h;
 
+	*refused = false;
+	if (env && *env && strchr(env, '/') && (stat(env, &st) || !S_ISREG(st.st_mode))) {
+		*refused = true;
+		return nullptr;
+	}
+	h = dlopen(env && *env ? env : "libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
 	if (!h && !(env && *env))
 		h = dlopen("/usr/local/cuda/lib64/libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
 	return h;
@@ -59,8 +68,15 @@ static void cf_close_at_exit(void)
 
 static void cf_load(void)
 {
-	void *h = cf_dlopen();
+	bool refused;
+	void *h = cf_dlopen(&refused);
 
+	if (refused) {
+		cf_state = -ENOSYS;
+		snprintf(cf_why, sizeof(cf_why), "GDS unavailable: TUTTI_CUFILE=%s is not a "
+			 "regular file (a library file is needed)", getenv("TUTTI_CUFILE"));
+		return;
+	}
 	if (!h) {
 		cf_state = -ENOSYS;
 		snprintf(cf_why, sizeof(cf_why), "GDS unavailable: libcufile.so.0 is neither on "
