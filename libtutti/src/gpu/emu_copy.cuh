@@ -8,80 +8,19 @@
 
 // ---- EMU_DMA_KERNEL: the GPU's polling warps move the data (gio_dma_round)
 
-// Free the ring entries of @q whose moves the GPU finished, oldest first.
-static void emu_dma_retire(emu_q *q)
-{
-	while (q->dma_tail < q->dma_head &&
-	       __atomic_load_n(&q->dma_desc[q->dma_tail & (EMU_DMA_ENTRIES - 1)].done,
-			       __ATOMIC_ACQUIRE) == q->dma_tail + 1)
-		q->dma_tail++;
-}
-
-// Fill the next descriptor of @q (published by emu_dma_publish()).
-// Return: false when the ring is full.
-static bool emu_dma_put(emu_q *q, uint64_t dst, uint64_t src, uint32_t len, uint32_t flags)
-{
-	struct tt_gio_dma_desc *d;
-
-	if (q->dma_head - q->dma_tail == EMU_DMA_ENTRIES) {
-		emu_dma_retire(q);
-		if (q->dma_head - q->dma_tail == EMU_DMA_ENTRIES)
-			return false;
-	}
-	d = &q->dma_desc[q->dma_head & (EMU_DMA_ENTRIES - 1)];
-	// Its "done" still holds the last lap's number: not ours until the
-	// GPU writes dma_head + 1 there.
-	d->dst = dst;
-	d->src = src;
-	d->len = len;
-	d->flags = flags;
-	q->dma_head++;
-	return true;
-}
-
-static void emu_dma_publish(emu_q *q)
-{
-	__atomic_store_n(q->dma_posted, q->dma_head, __ATOMIC_RELEASE);
-}
-
-// Publish what is left of @b's copies, as far as the ring has room, in
-// pieces of at most EMU_DMA_CHUNK so several warps share a long one.
+// Publish what is left of @b's copies, as far as the ring has room.
 // Return: true once every copy is published.
 static bool emu_dma_post(emu_batch &b)
 {
-	emu_q *q = b.q;
-	bool any = false;
-
-	while (b.dma_copy < b.len.size()) {
-		size_t k = b.dma_copy;
-		uint64_t left = b.len[k] - b.dma_off;
-		uint32_t n = left < EMU_DMA_CHUNK ? (uint32_t)left : EMU_DMA_CHUNK;
-
-		if (!emu_dma_put(q, (uint64_t)(uintptr_t)b.dst[k] + b.dma_off,
-				 (uint64_t)(uintptr_t)b.src[k] + b.dma_off, n,
-				 k < b.n_rd ? TT_GIO_DMA_SRC_HOST : 0))
-			break;
-		any = true;
-		b.dma_off += n;
-		if (b.dma_off == b.len[k]) {
-			b.dma_copy++;
-			b.dma_off = 0;
-		}
-	}
-	if (any) {
-		b.dma_end = q->dma_head;
-		emu_dma_publish(q);
-	}
-	return b.dma_copy == b.len.size();
+	return emu_ring_post(&b.q->ring, &b.dma, b.dst.data(), b.src.data(), b.len.data(),
+			     b.len.size(), b.n_rd, EMU_DMA_CHUNK);
 }
 
 // Whether all of @b's data landed (publishing the rest first).
 static bool emu_dma_landed(emu_batch &b)
 {
-	if (!emu_dma_post(b))
-		return false;
-	emu_dma_retire(b.q);
-	return b.q->dma_tail >= b.dma_end;
+	return emu_ring_landed(&b.q->ring, &b.dma, b.dst.data(), b.src.data(), b.len.data(),
+			       b.len.size(), b.n_rd, EMU_DMA_CHUNK);
 }
 
 // Move @len bytes through @q's ring and wait until they landed (the rare
@@ -89,24 +28,25 @@ static bool emu_dma_landed(emu_batch &b)
 static bool emu_dma_sync(struct tt_emu *e, emu_q *q, uint64_t dst, uint64_t src, uint64_t len,
 			 uint32_t flags)
 {
+	struct emu_ring *r = &q->ring;
 	uint64_t off = 0;
 
 	while (off < len) {
 		uint32_t n = len - off < EMU_DMA_CHUNK ? (uint32_t)(len - off) : EMU_DMA_CHUNK;
 
-		if (emu_dma_put(q, dst + off, src + off, n, flags)) {
+		if (emu_ring_put(r, dst + off, src + off, n, flags)) {
 			off += n;
 			continue;
 		}
-		emu_dma_publish(q);
+		emu_ring_publish(r);
 		if (e->stop.load(std::memory_order_relaxed))
 			return false;
 		emu_relax();
 	}
-	emu_dma_publish(q);
+	emu_ring_publish(r);
 	for (;;) {
-		emu_dma_retire(q);
-		if (q->dma_tail == q->dma_head)
+		emu_ring_retire(r);
+		if (r->tail == r->head)
 			return true;
 		if (e->stop.load(std::memory_order_relaxed))
 			return false;
@@ -359,9 +299,7 @@ static void emu_issue(struct tt_emu *e, emu_batch &b)
 	b.n_rd = n_rd;
 	emu_add_copies(b, TT_NVME_CMD_WRITE, e->dma == EMU_DMA_KERNEL);
 	if (!b.len.empty() && e->dma == EMU_DMA_KERNEL) {
-		b.dma_copy = 0;
-		b.dma_off = 0;
-		b.dma_end = b.q->dma_head;
+		emu_ring_begin(&b.q->ring, &b.dma);
 		b.pending = true;
 		emu_dma_post(b);
 	} else if (!b.len.empty()) {

@@ -52,6 +52,7 @@
 #include "tutti/nvme_sgl.h"
 
 #include "pinned.cuh"
+#include "emu_dma_ring.h"
 #include "emu_impl.cuh"
 #include "emu_ctx.cuh"
 #include "emu_walk.cuh"
@@ -672,8 +673,9 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 		m->chunk_bytes = EMU_PAGE;
 		m->dma = nullptr;
 		if (d_b) {
-			q->dma_posted = (volatile uint64_t *)(host + d_off);
-			q->dma_desc = (struct tt_gio_dma_desc *)(host + d_off + 64);
+			q->ring.posted = (volatile uint64_t *)(host + d_off);
+			q->ring.desc = (struct tt_gio_dma_desc *)(host + d_off + 64);
+			q->ring.entries = EMU_DMA_ENTRIES;
 			q->dma.posted = (volatile uint64_t *)(dev + d_off);
 			q->dma.desc = (struct tt_gio_dma_desc *)(dev + d_off + 64);
 			q->dma.entries = EMU_DMA_ENTRIES;

@@ -73,11 +73,11 @@ extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 			     cdb < d && ct < d ? (ct + d - cdb) % d : 0u,
 			     cdb < d && ct < d && (ct + 1) % d == cdb ? ", CQ FULL" : "",
 			     (unsigned long long)q->cmds.load(std::memory_order_relaxed));
-		if (q->dma_desc)
+		if (q->ring.desc)
 			std::fprintf(f, "emu q%zu data moves: %llu posted, %llu seen done by the GPU "
-				     "(published %llu)\n", i, (unsigned long long)emu_peek(q->dma_head),
-				     (unsigned long long)emu_peek(q->dma_tail),
-				     (unsigned long long)*q->dma_posted);
+				     "(published %llu)\n", i, (unsigned long long)emu_peek(q->ring.head),
+				     (unsigned long long)emu_peek(q->ring.tail),
+				     (unsigned long long)*q->ring.posted);
 	}
 	for (size_t t = 0; t < c->workers.size(); t++) {
 		const emu_worker &w = c->workers[t];
@@ -108,7 +108,7 @@ extern "C" void tt_emu_dump(const struct tt_emu *c, FILE *f)
 				std::fprintf(f, ", held by the cap %.1f ms more", (double)(dl - now) / 1e6);
 			if (c->dma == EMU_DMA_KERNEL)
 				std::fprintf(f, ", data moves up to %llu\n",
-					     (unsigned long long)emu_peek(b.dma_end));
+					     (unsigned long long)emu_peek(b.dma.end));
 			else
 				std::fprintf(f, ", event %s\n", emu_query_str(c, b.done));
 		}

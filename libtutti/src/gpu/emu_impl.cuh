@@ -61,14 +61,10 @@ struct emu_q {
 	uint32_t last_db;
 	std::atomic<uint64_t> cmds;
 	struct tt_pinned mem;		// rings, lists, data moves
-	// EMU_DMA_KERNEL: the ring of data moves (host views), what the
-	// GPU is told (device views), descriptors published (dma_head, a
-	// copy of *dma_posted) and the oldest not yet seen done (dma_tail).
-	struct tt_gio_dma_desc *dma_desc;
-	volatile uint64_t *dma_posted;
+	// EMU_DMA_KERNEL: the ring of data moves (emu_dma_ring.h; its
+	// desc is NULL otherwise) and what the GPU is told of it.
+	struct emu_ring ring;
 	struct tt_gio_dma dma;
-	uint64_t dma_head;
-	uint64_t dma_tail;
 };
 
 // One fetched command, between fetch and completion.
@@ -100,12 +96,9 @@ struct emu_batch {
 	struct tt_pinned bounce_mem = {};
 	char *bounce = nullptr;		// TT_EMU_FILE: EMU_SLOT_BOUNCE bytes
 	char *bounce_dev = nullptr;	// the GPU's address of it
-	// EMU_DMA_KERNEL: next copy to publish and how far into it; the
-	// batch's data landed once the queue's dma_tail reached dma_end.
 	size_t n_rd = 0;		// copies to the GPU, first in dst/src/len
-	size_t dma_copy = 0;
-	uint64_t dma_off = 0;
-	uint64_t dma_end = 0;
+	// EMU_DMA_KERNEL: how far its copies are published on the ring.
+	struct emu_ring_cursor dma = {};
 	bool pending = false;		// done recorded, not yet seen complete
 	uint64_t deadline_ns = 0;	// bandwidth cap: post no earlier
 	uint64_t issued_ns = 0;		// e->diag: when it was fetched
