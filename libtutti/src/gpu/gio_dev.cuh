@@ -349,7 +349,9 @@ static __device__ unsigned gio_dma_round(struct gio_q *q)
 		src = __shfl_sync(GIO_FULL_MASK, src, 0);
 		len = __shfl_sync(GIO_FULL_MASK, len, 0);
 		flags = __shfl_sync(GIO_FULL_MASK, flags, 0);
-		__syncwarp();	/* lane 0's fence orders our data loads too */
+		/* Orders every lane's loads after lane 0 saw the count: the data the
+		 * controller wrote before publishing, not older bytes. */
+		__syncwarp();
 		gio_dma_copy((char *)(uintptr_t)dst, (const char *)(uintptr_t)src, len,
 			     flags & TT_GIO_DMA_SRC_HOST);
 		__threadfence_system();
