@@ -275,7 +275,7 @@ class SchedulerSide:
         ids = list(block_ids[first:first + n])
         # Sliding window: hit blocks before the window count as computed but are never read; vLLM
         # gave them its null block, which must stay untouched.  Only the window's blocks are loaded.
-        null = self._null_block_id() if self.windowed else None
+        null = self._null_block_id()
         keys, ids = [k for k, i in zip(keys, ids) if i != null], [i for i in ids if i != null]
         remote = max(0, first + n - st.remote_from) if st.remote_from is not None else 0
         self.stats.add(remote_hit_tokens=remote * self.block_size)
@@ -311,7 +311,7 @@ class SchedulerSide:
             new_computed[req_id] = cached.num_computed_tokens[i]
         block_state = getattr(scheduler_output, "kv_connector_block_state", None)
         seen, offers = set(), []
-        null = self._null_block_id() if self.windowed else None
+        null = self._null_block_id()
         for req_id, n_sched in scheduler_output.num_scheduled_tokens.items():
             st = self.reqs.get(req_id)
             if st is None or req_id not in new_computed:
@@ -481,9 +481,10 @@ class SchedulerSide:
         return {i: part for i, (c, part) in cands.items() if id(c) in chosen}
 
     def _null_block_id(self):
-        """vLLM's null block (the first block of its pool: 0), never a request's own.  Only a
-        sliding-window model's tables name it (blocks that left the window), so only then is it
-        looked for (callers pass None otherwise)."""
+        """vLLM's null block (the first block of its pool: 0), never a request's own; None for full
+        attention: only a sliding-window model's tables name it (blocks that left the window)."""
+        if not self.windowed:
+            return None
         mgr = getattr(self, "kv_cache_manager", None)
         try:
             return mgr.block_pool.null_block.block_id
