@@ -259,20 +259,25 @@ def _multipath_heads(sysfs: Sysfs) -> dict[str, str]:
     return heads
 
 
-def store_magic(path: str) -> bool | None:
-    """Does either superblock copy of ``path`` hold a Tutti superblock (any version, even damaged)?
-
-    libtutti's probe, the check format applies; None if it cannot be read (or the extension is missing).
-    """
+def store_probe(path: str) -> dict | None:
+    """libtutti's probe of ``path``'s superblock copies (Store.probe: kind none / store / other_version /
+    damaged, the check format applies); None if it cannot be read (or the extension is missing)."""
     try:
         from .errors import TuttiError
         from .store import Store
     except ImportError:
         return None
     try:
-        return Store.probe(path)["kind"] != "none"
+        return Store.probe(path)
     except TuttiError:
         return None
+
+
+def store_magic(path: str) -> bool | None:
+    """Does either superblock copy of ``path`` hold a Tutti superblock (any version, even damaged)?
+    None if it cannot be read (store_probe)."""
+    p = store_probe(path)
+    return None if p is None else p["kind"] != "none"
 
 
 def _kinfo(path: str):

@@ -165,17 +165,10 @@ def libtutti() -> str | None:
 
 
 def store_kind(path: str) -> dict | None:
-    """libtutti's probe of ``path``'s superblocks (Store.probe: kind none / store / other_version /
-    damaged), None when it cannot be read or the binding does not load."""
-    try:
-        from ..errors import TuttiError
-        from ..store import Store
-    except ImportError:
-        return None
-    try:
-        return Store.probe(path)
-    except (TuttiError, OSError, TypeError):
-        return None
+    """What a member holds: devices.store_probe (None when it cannot be read)."""
+    from ..devices import store_probe
+
+    return store_probe(path)
 
 
 def version_of(dist: str) -> str | None:
