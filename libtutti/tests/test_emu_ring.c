@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "tap.h"
+#include "testutil.h"
 #include "../src/gpu/emu_dma_ring.h"
 
 #define ENTRIES 16u
@@ -35,10 +36,7 @@ static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
 static uint64_t next_rand(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return xorshift64(&rng);
 }
 
 static double now_s(void)

@@ -34,12 +34,8 @@ static void value_of(unsigned k, uint8_t *buf)
 {
 	uint64_t x = k * 0x9e3779b97f4a7c15ull + 7;
 
-	for (size_t i = 0; i < BLOCK; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		buf[i] = (uint8_t)x;
-	}
+	for (size_t i = 0; i < BLOCK; i++)
+		buf[i] = (uint8_t)xorshift64(&x);
 }
 
 static struct tt_store *fresh(uint64_t slots, uint32_t flags)

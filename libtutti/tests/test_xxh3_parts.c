@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "tap.h"
+#include "testutil.h"
 #include "../src/gpu/xxh3_parts.h"
 
 static const uint8_t ks[TT_XXH3_SECRET_SIZE] = TT_XXH3_KSECRET;
@@ -20,10 +21,7 @@ static uint64_t rng = 0x243F6A8885A308D3ull;
 
 static uint64_t next_rand(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return xorshift64(&rng);
 }
 
 /* Lengths and seeds that disagree, counted instead of one check each. */

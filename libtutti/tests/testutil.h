@@ -13,18 +13,23 @@
 
 #include <tutti/store.h>
 
+/* The next value of a xorshift64 sequence in *@x (never 0 if it starts non-zero). */
+static inline uint64_t xorshift64(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
 /* Deterministic bytes from @seed (xorshift), to recognise data after a round trip. */
 static inline void fill(void *buf, size_t len, uint64_t seed)
 {
 	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
 	uint8_t *p = (uint8_t *)buf;
 
-	for (size_t i = 0; i < len; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		p[i] = (uint8_t)x;
-	}
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)xorshift64(&x);
 }
 
 /* The key of block number @i (a hash of its 4 bytes). */
