@@ -77,12 +77,12 @@ static struct cudaMemcpyAttributes emu_attr(int device, bool to_gpu)
 }
 #endif
 
-// All of @b's copies in one call; the first @n_rd go to the GPU.
-static cudaError_t emu_copy_batch(const struct tt_emu *e, emu_batch &b, size_t n_rd)
+// All of @b's copies in one call; the first b.n_rd go to the GPU.
+static cudaError_t emu_copy_batch(const struct tt_emu *e, emu_batch &b)
 {
 #if CUDART_VERSION >= 12080
 	struct cudaMemcpyAttributes a[2];
-	size_t idx[2], na = 0, n = b.len.size();
+	size_t idx[2], na = 0, n = b.len.size(), n_rd = b.n_rd;
 
 	if (n_rd) {
 		a[na] = emu_attr(e->device, true);
@@ -104,7 +104,6 @@ static cudaError_t emu_copy_batch(const struct tt_emu *e, emu_batch &b, size_t n
 #else
 	(void)e;
 	(void)b;
-	(void)n_rd;
 	return cudaErrorNotSupported;
 #endif
 }
@@ -271,7 +270,6 @@ static void emu_issue(struct tt_emu *e, emu_batch &b)
 {
 	int mode = e->copy.load(std::memory_order_relaxed);
 	uint64_t bytes = 0;
-	size_t n_rd;
 
 	b.pending = false;
 	b.deadline_ns = 0;
@@ -295,8 +293,7 @@ static void emu_issue(struct tt_emu *e, emu_batch &b)
 			bytes += c.bytes;
 	}
 	emu_add_copies(b, TT_NVME_CMD_READ, e->dma == EMU_DMA_KERNEL);
-	n_rd = b.len.size();
-	b.n_rd = n_rd;
+	b.n_rd = b.len.size();
 	emu_add_copies(b, TT_NVME_CMD_WRITE, e->dma == EMU_DMA_KERNEL);
 	if (!b.len.empty() && e->dma == EMU_DMA_KERNEL) {
 		emu_ring_begin(&b.q->ring, &b.dma);
@@ -306,7 +303,7 @@ static void emu_issue(struct tt_emu *e, emu_batch &b)
 		cudaError_t r = cudaSuccess;
 
 		if (mode == EMU_COPY_BATCH)
-			r = emu_copy_batch(e, b, n_rd);
+			r = emu_copy_batch(e, b);
 		if (mode != EMU_COPY_BATCH) {
 			emu_copy_each(b);
 		} else if (r != cudaSuccess) {

@@ -340,7 +340,7 @@ static bool emu_need_bounce(const struct tt_emu *e)
 	return false;
 }
 
-static int emu_host_alloc(struct tt_pinned *m, size_t bytes);
+static int emu_host_alloc(struct tt_pinned *m, size_t bytes, bool zero);
 
 // Batches' bounce buffers and vectors, in the caller's context (the gio
 // kernels move data to and from the bounce buffers in EMU_DMA_KERNEL).
@@ -348,7 +348,7 @@ static int emu_worker_alloc(struct tt_emu *e, emu_worker &w)
 {
 	for (emu_batch &b : w.b) {
 		if (emu_need_bounce(e)) {
-			if (emu_host_alloc(&b.bounce_mem, EMU_SLOT_BOUNCE))
+			if (emu_host_alloc(&b.bounce_mem, EMU_SLOT_BOUNCE, false))
 				return -ENOMEM;
 			b.bounce = b.bounce_mem.host;
 			b.bounce_dev = b.bounce_mem.dev;
@@ -439,10 +439,15 @@ extern "C" void tt_emu_close(struct tt_emu *c)
 }
 
 // Pinned host memory the GPU can address (m->dev), in every context,
-// starting on a page (pinned.cuh: PRP lists must).
-static int emu_host_alloc(struct tt_pinned *m, size_t bytes)
+// starting on a page (pinned.cuh: PRP lists must); zeroed when @zero
+// (rings, doorbells: a CQ's phase tags start at 0).
+static int emu_host_alloc(struct tt_pinned *m, size_t bytes, bool zero)
 {
-	return tt_pinned_alloc(m, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+	int rc = tt_pinned_alloc(m, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+
+	if (!rc && zero)
+		std::memset(m->host, 0, bytes);
+	return rc;
 }
 
 // TT_EMU_FILE: map namespace @i's file and pin it, so its commands skip
@@ -597,7 +602,7 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 	}
 	bar_bytes = tt_nvme_db_offset((uint16_t)p->n_queues, true, 0) + 4;
 	bar_bytes = (bar_bytes + EMU_PAGE - 1) / EMU_PAGE * EMU_PAGE;
-	rc = emu_host_alloc(&c->bar_mem, bar_bytes);
+	rc = emu_host_alloc(&c->bar_mem, bar_bytes, true);
 	c->bar = c->bar_mem.host;
 	c->bar_dev = c->bar_mem.dev;
 	if (p->backing == TT_EMU_HOSTMEM)
@@ -646,7 +651,7 @@ extern "C" int tt_emu_open(const struct tt_emu_params *p, struct tt_emu **out)
 			break;
 		}
 		c->qs.push_back(q);
-		rc = emu_host_alloc(&q->mem, d_off + d_b);
+		rc = emu_host_alloc(&q->mem, d_off + d_b, true);
 		if (rc)
 			break;
 		host = q->mem.host;

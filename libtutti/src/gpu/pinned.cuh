@@ -11,8 +11,8 @@
 #ifndef TT_PINNED_CUH
 #define TT_PINNED_CUH
 
+#include <cerrno>
 #include <cstdint>
-#include <cstring>
 
 #include <cuda_runtime.h>
 
@@ -24,8 +24,8 @@ struct tt_pinned {
 	char *dev;	// @host as the GPU addresses it (cudaHostAllocMapped), or NULL
 };
 
-// @bytes of zeroed, page-aligned pinned memory. @flags: cudaHostAlloc's.
-// Return: 0, -ENOMEM.
+// @bytes of page-aligned pinned memory (not zeroed: a staging buffer needs
+// no clearing at open). @flags: cudaHostAlloc's. Return: 0, -ENOMEM.
 static inline int tt_pinned_alloc(struct tt_pinned *m, size_t bytes, unsigned flags)
 {
 	size_t off;
@@ -48,7 +48,6 @@ static inline int tt_pinned_alloc(struct tt_pinned *m, size_t bytes, unsigned fl
 	}
 	if (d)
 		m->dev = (char *)d + off;
-	std::memset(m->host, 0, bytes);
 	return 0;
 }
 
