@@ -42,10 +42,11 @@ def test_a_held_up_load_halves_the_budget_once_a_step():
 
 def test_budget_grows_while_writes_are_left_queued_and_nothing_waits():
     b = DrainBudget(floor=1 << 20, ceiling=256 << 20)
-    b.step_drained(START // 2, wanted_more=True)   # did not spend it all: no growth
-    assert b.bytes == START
     b.step_drained(START, wanted_more=False)       # spent it all but nothing left: no growth
     assert b.bytes == START
+    b.step_drained(START - 1000, wanted_more=True)  # the next layer did not fit: the budget bound
+    assert b.bytes == START + START // 4
+    b = DrainBudget(floor=1 << 20, ceiling=256 << 20)
     for _ in range(50):
         b.step_drained(b.bytes, wanted_more=True)
     assert b.bytes == 256 << 20                    # capped (the pending bound)
@@ -95,3 +96,136 @@ def test_a_load_held_up_by_drained_writes_is_counted_and_shrinks_the_next_drain(
     assert set(keys("prefix")) <= set().union(*run.committed)
     w.close()
     assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
+
+
+def test_a_drain_still_in_flight_at_the_next_step_end_shrinks_the_budget_once_a_step():
+    b = DrainBudget(floor=1 << 20, ceiling=1 << 30)
+    b.spilled()
+    assert b.bytes == START - START // 4 and b.spills == 1
+    b.load_waited(0.010)                  # the same step: no second cut
+    assert b.bytes == START - START // 4
+    b.step_drained(b.bytes, wanted_more=True)      # no growth in a step that was cut
+    assert b.bytes == START - START // 4
+    b.step_drained(b.bytes, wanted_more=True)      # a step that fit: grows again
+    assert b.bytes == (START - START // 4) * 5 // 4
+    for _ in range(60):
+        b.spilled()
+        b.step_drained(b.bytes, True)
+    assert b.bytes == 1 << 20             # never under the floor
+
+
+def test_a_profile_write_rate_sizes_the_drain_to_one_step_once():
+    b = DrainBudget(floor=1 << 20, ceiling=1 << 30, write_bps=2e9)
+    assert b.bytes == START               # until a step's duration is known
+    b.step_time(0.010)
+    assert b.bytes == 20_000_000          # 2 GB/s for 10 ms
+    b.step_time(0.5)                      # seeded once: measurements rule from then on
+    assert b.bytes == 20_000_000
+    c = DrainBudget(floor=1 << 20, ceiling=1 << 30, write_bps=1e12)
+    c.step_time(1.0)
+    assert c.bytes == 1 << 30             # within the pending bound
+    d = DrainBudget(floor=1 << 20, ceiling=1 << 30)
+    d.step_time(0.010)
+    assert d.bytes == START               # no profile: nothing seeds it
+
+
+class LateWrites:
+    """Writes that complete ``lag`` steps after they were submitted: ``poll`` says False until the
+    driver has ticked that often since (a store slower than the steps), True after."""
+
+    def __init__(self, w, lag=2):
+        self.tick = 0
+        write = w.store.write
+
+        def late(*a):
+            t = write(*a)
+            inner, born = t.poll, [None]
+            layer = t.layer
+
+            def layer_(*la, **kw):
+                born[0] = self.tick
+                return layer(*la, **kw)
+
+            def poll():
+                if born[0] is not None and self.tick <= born[0] + lag:
+                    return False
+                end = time.monotonic() + 10  # by then the real store has finished too
+                while not inner() and time.monotonic() < end:
+                    time.sleep(0.001)
+                return inner()
+            t.layer, t.poll = layer_, poll
+            return t
+        w.store.write = late
+
+
+def test_a_drain_still_written_two_steps_later_is_cut_once_and_nothing_queues_behind_it(tmp_path, monkeypatch):
+    import test_worker_deferred
+    monkeypatch.setattr(test_worker_deferred, "settle", lambda w: None)  # the late writes are the point
+    d = str(tmp_path)
+    w, kv, log, stats = make_worker(d, "slack", save_mode="deferred", max_pending_bytes="1MiB")
+    late = LateWrites(w, lag=2)
+    run = Driver(w, kv)
+    k = Kernels(w)  # a save's KV is final only after its step: every layer is carried over and drained
+
+    def step(**kw):
+        run.step(**kw)
+        k.run()
+        late.tick += 1
+
+    b = w._drain_budget
+    before = b.bytes
+    step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
+    step(saves=[BlockTransfer("r2", keys("other"), NEW_IDS)], computed=(NEW_IDS, reference(2)))  # drains r1
+    step(saves=[BlockTransfer("r3", keys("third"), LOAD_IDS)], computed=(LOAD_IDS, reference(3)))  # drains r2
+    assert b.spills == 0                  # r1's drain has had one step: in time
+    submits = len(log.of("W", "submit"))
+    step()                                # r1's drain is still written two step ends later: spilled
+    assert b.spills == 1 and stats.data["drain_spills"] == 1
+    assert b.bytes == max(before - before // 4, b.floor)
+    assert len(log.of("W", "submit")) == submits   # r3 (ready) did not go out behind it
+    step()                                # r1 written: r3 drains (r2's one step old is in time)
+    assert len(log.of("W", "submit")) > submits and b.spills == 1
+    for _ in range(4):
+        step()
+    committed = set().union(*run.committed)
+    assert set(keys("prefix")) | set(keys("other")) | set(keys("third")) <= committed
+    assert b.spills == 1                  # one cut for the one late drain
+    assert stats.data.get("save_dropped", 0) == 0
+    w.close()
+    assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
+    assert stored(d, keys("third")) == [block_bytes(reference(3), b) for b in range(N)]
+
+
+def test_the_worker_seeds_the_drain_from_the_profile_tables_write_rate(tmp_path):
+    from test_worker_write_policy import NUM_BLOCKS
+
+    class Table:  # what the worker reads of a profile table (tutti.sched.profile.ComputeProfile)
+        io = {"read_gbps": 2.0, "write_gbps": 0.0002}
+
+    w, kv, _, _ = make_worker(str(tmp_path), "slack", save_mode="deferred")
+    w.cfg.profile = Table()
+    w._set_pending_bound(NUM_BLOCKS)
+    run = Driver(w, kv)
+    b = w._drain_budget
+    start = b.bytes                            # START within the pending bound
+    run.step()
+    assert b.bytes == start                    # one step end seen: no duration yet
+    t0 = time.perf_counter()
+    time.sleep(0.05)
+    run.step()
+    took = time.perf_counter() - t0
+    # 200 kB/s for one step of 50 ms and more: what the table's rate writes in one step
+    assert max(b.floor, 10_000) <= b.bytes <= max(b.floor, 2e5 * took + 1)
+    assert b.bytes < start or took > 0.6
+    w.close()
+
+
+def test_the_slack_fit_runs_on_the_host_memory_path_and_the_gpu_paths_keep_the_earlier_rule(tmp_path, request):
+    from test_worker_write_policy import gpu_store_lib
+    w, _, _, _ = make_worker(str(tmp_path / "cpu"), "slack", save_mode="deferred")
+    assert w._drain_budget.slack_fit
+    w.close()
+    gpu_store_lib(request, "host")
+    w, _, _, _ = make_worker(str(tmp_path / "host"), "slack", save_mode="deferred", data_path="host")
+    assert not w._drain_budget.slack_fit    # GpuStore's data-path code: not measured with it yet
+    w.close()

@@ -1,29 +1,63 @@
 """How many bytes of carried-over writes a step submits (``drain_bytes_per_step: auto``).
 
-Deferred saves' queued layers go out at the end of a step and run while the next step computes. They
-cost nothing unless the next step loads: a read never shares the SSDs with a write (write_policy slack),
-so the load first waits for them, and that wait is the next request's TTFT. The budget therefore follows
-what is measured, not a model: a load that had to wait for drained writes halves it (at most once a
-step); a step that spent its whole budget with no load held up since grows it by a quarter. Between
-one layer of one save (every save progresses) and the pending bound. Decode-only stretches drain fast;
-steps that load keep the drain to what fits before the next read.
+Deferred saves' queued layers go out at the end of a step and run while the next step computes: that
+step is their slack. They cost nothing unless a later step loads: a read never shares the SSDs with a
+write (write_policy slack), so the load first waits for the writes in flight, and that wait is the
+next request's TTFT. So a step's drain should be what the store writes in about one step: then the
+writes in flight when a load arrives are one or two steps' worth, whenever it arrives, while the store
+still writes all the time. The size follows what is measured (the worker, saves.py), seeded by the
+profile table when there is one:
+
+- **spilled**: a drain is still being written at the end of the step after the next (``Txn.poll``;
+  the drain from one step end may still run when the next goes out, so the store never idles between
+  them, but not two). The size shrinks by a quarter, once for that drain, and nothing more is drained
+  until it is written: at most two drains in flight, so a load waits for about two steps' writes at
+  most (not for a backlog), and a backlog does not cut the size again and again.
+- **held up**: a load had to wait (>= WAIT_S) for drained writes. The size halves: that wait was TTFT.
+- **saturated**: the size left writes queued whose KV was final (the next layer did not fit), the last
+  drain was written within its step (the store kept up), and neither of the above. The size grows by
+  a quarter.
+
+At most one cut a step; no growth in a step that was cut. Between one layer of one save (every save
+progresses) and the pending bound. The profile table's ``io.write_gbps`` (``profile``) sets the size
+once the first step's duration is known: the bytes that rate writes in one step. Without a table it
+starts at START. A data path that cannot tell whether writes completed (``poll`` always True) never
+spills: only loads that waited then cut the size. The GPU data paths keep the rule before the slack
+fit (``slack_fit`` False, saves.py) until it is measured there.
 """
 from __future__ import annotations
 
-START = 64 << 20     # the fixed default before ``auto``
+START = 64 << 20     # the fixed default before ``auto``; the size until a profile seeds it
 WAIT_S = 0.001       # a load that waited less than this for writes was not held up
 
 
 class DrainBudget:
-    """Bytes a step may drain, adapted to whether drained writes held up the next load."""
+    """Bytes a step may drain, sized to the step's slack: what completes before the next step ends."""
 
-    def __init__(self, floor: int, ceiling: int, start: int = START):
+    # False: the rule before the slack fit (no spill cut, no wait for a late drain, growth while
+    # writes are left queued): the GPU data paths' rule until it is measured there (saves.py), and
+    # benchmarks/drain_slack.py's baseline; not a setting.
+    slack_fit = True
+
+    def __init__(self, floor: int, ceiling: int, start: int = START, write_bps: float | None = None):
         self.floor = max(1, floor)
         self.ceiling = max(self.floor, ceiling)
-        self.bytes = min(max(start, self.floor), self.ceiling)
+        self.bytes = self._clamp(start)
         self._cut_this_step = False
+        self._write_bps = write_bps if write_bps and write_bps > 0 else None
         self.held_up = 0          # loads that waited for drained writes
         self.waited_s = 0.0
+        self.spills = 0           # steps whose previous drain was not complete by their end
+
+    def _clamp(self, n: float) -> int:
+        return int(min(max(n, self.floor), self.ceiling))
+
+    def step_time(self, seconds: float) -> None:
+        """A step took ``seconds`` (end to end). The first one, with a profile's write rate, sizes the
+        drain: the bytes the store writes in one step. Measurements rule from then on."""
+        if self._write_bps is not None and seconds > 0:
+            self.bytes = self._clamp(self._write_bps * seconds)
+            self._write_bps = None
 
     def load_waited(self, seconds: float) -> None:
         """A load started ``seconds`` after asking (waiting for writes in flight)."""
@@ -35,9 +69,16 @@ class DrainBudget:
             self.bytes = max(self.floor, self.bytes // 2)
             self._cut_this_step = True
 
+    def spilled(self) -> None:
+        """The writes drained at the previous step's end were still in flight at this step's end."""
+        self.spills += 1
+        if not self._cut_this_step:
+            self.bytes = max(self.floor, self.bytes - self.bytes // 4)
+            self._cut_this_step = True
+
     def step_drained(self, spent: int, wanted_more: bool) -> None:
-        """The end of a step's drain: ``spent`` bytes submitted; ``wanted_more``: writes were left
-        queued when the budget ran out."""
-        if wanted_more and not self._cut_this_step and spent >= self.bytes:
+        """The end of a step's drain: ``spent`` bytes submitted; ``wanted_more``: the budget left
+        writes queued whose KV was final (the next layer did not fit)."""
+        if wanted_more and not self._cut_this_step:
             self.bytes = min(self.ceiling, self.bytes + max(self.bytes // 4, self.floor))
         self._cut_this_step = False

@@ -15,8 +15,8 @@ first in, first out:
   records; with TP ``tutti.tp.commit``, agreed at that step on every rank: see below), oldest
   first; then layers still queued (their KV not yet final in GPU memory, or held back by reads)
   are submitted, oldest save first, up to ``drain_bytes_per_step`` bytes per step (at least one
-  layer, so every save progresses; ``auto``: drain.py, sized by whether the drained writes held
-  up the next load).
+  layer, so every save progresses; ``auto``: drain.py, sized to what completes within the next
+  step: cut when the last drain was still in flight at a step's end or held up a load).
 - A request that finishes while a save of its blocks is pending keeps its blocks: the scheduler
   side returns True from ``request_finished`` (vLLM's delay-free) and names the request in the
   next step's metadata (``held``); the worker reports it in ``get_finished`` (finished_sending)
@@ -116,6 +116,8 @@ class SavesMixin:
         self._drained_sent = None
         self._max_pending = None
         self._drain_budget = None   # drain.py (drain_bytes_per_step auto), else the fixed size
+        self._drains = deque()      # the last drains still being written: [saves, cut for it yet?]
+        self._step_end = None       # perf_counter at the last finish_save
 
     def _set_pending_bound(self, num_blocks):
         """Bytes of pending saves held at most: a quarter of this rank's KV cache and half the
@@ -125,7 +127,16 @@ class SavesMixin:
         self._max_pending = self.cfg.max_pending_bytes or max(auto, bb)
         if self.cfg.drain_bytes_per_step is None:
             from .drain import DrainBudget
-            self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=self._max_pending)
+            io = getattr(self.cfg.profile, "io", None) or {}
+            wbps = float(io.get("write_gbps") or 0) * 1e9
+            self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=self._max_pending,
+                                             write_bps=wbps or None)
+            # The slack fit is measured on the host-memory path only; the GPU paths' writes finish
+            # later than their layers' handover by a latency of their own (staged: 50-200 ms on the
+            # H200), which it would read as late drains: they keep the earlier rule until measured.
+            from .datapath import HostIO
+            if not isinstance(self.io, HostIO):
+                self._drain_budget.slack_fit = False
 
     def _layer_bytes(self, sv):
         return len(sv.keys) * self.layout.block_bytes // max(self.layout.n_layers, 1)
@@ -276,10 +287,28 @@ class SavesMixin:
             return
         if sv is not None:
             self._fifo.append(sv)
+        spilled = self._drain_spilled()  # before the commits: they take complete saves away
         self._commit_ready()
         if self._drain_budget is not None:
-            spent, more = self._drain(self._drain_budget.bytes)
-            self._drain_budget.step_drained(spent, more)
+            b, now = self._drain_budget, time.perf_counter()
+            if self._step_end is not None:
+                b.step_time(now - self._step_end)
+            self._step_end = now
+            if spilled and b.slack_fit:
+                # A drain has had a whole step after the next to be written and still is: more
+                # than the slack.  Nothing goes out until it is done (a load waits for two drains
+                # at most), and the size shrinks once for it.
+                if not self._drains[0][1]:
+                    self._drains[0][1] = True
+                    b.spilled()
+                    self.stats.add(drain_spills=1)
+                spent, more = 0, False
+            else:
+                # Grown only when the last drain was written within its step (the store kept up).
+                caught_up = not self._drains or not b.slack_fit
+                spent, more = self._drain(b.bytes)
+                more = more and caught_up
+            b.step_drained(spent, more)
         else:
             self._drain(self.cfg.drain_bytes_per_step)
         self._bound()
@@ -328,22 +357,38 @@ class SavesMixin:
         except Exception:  # noqa: BLE001 - its commit (finish) reports what went wrong
             return True
 
+    def _drain_spilled(self):
+        """Is a drain from before the last step's end still being written (never waits)?  Drains
+        go out one a step and the next may start before the last is done (the store never idles
+        between them), but not while an older one is still in flight."""
+        for d in self._drains:
+            d[0] = [e for e in d[0] if not e.void and not e.data_out and not self._written(e)]
+        while self._drains and not self._drains[0][0]:
+            self._drains.popleft()
+        return len(self._drains) > 1
+
     def _drain(self, budget):
         """Carry over: queued layers of pending saves, oldest save first, ``budget`` bytes a step
         (one layer at least, so every save progresses).  Return: (bytes submitted, whether writes
         were left queued by the budget)."""
         if self._load is not None or self.fenced():
             return 0, False
-        spent = 0
+        spent, more, saves = 0, False, []
         for e in self._fifo:
-            if spent >= budget:
-                break
             if e.void or not e.queued:
                 continue
-            spent += self._issue(e, budget=budget - spent)
-            if e.queued:
-                break  # its next layer's KV is not final yet, or the budget is spent
-        more = spent >= budget and any(e.queued and not e.void for e in self._fifo)
+            if spent < budget:
+                n = self._issue(e, budget=budget - spent)
+                if n:
+                    spent += n
+                    saves.append(e)
+                if not e.queued:
+                    continue
+            # Its next layer's KV is not final yet, or the budget is spent (then: left queued by it).
+            more = self.io.ready(e.queued[0][1])
+            break
+        if saves:
+            self._drains.append([saves, False])
         return spent, more
 
     def _bound(self):
