@@ -15,8 +15,8 @@ first in, first out:
   records; with TP ``tutti.tp.commit``, agreed at that step on every rank: see below), oldest
   first; then layers still queued (their KV not yet final in GPU memory, or held back by reads)
   are submitted, oldest save first, up to ``drain_bytes_per_step`` bytes per step (at least one
-  layer, so every save progresses; ``auto``: drain.py, sized to what completes within the next
-  step: cut when the last drain was still in flight at a step's end or held up a load).
+  layer, so every save progresses; ``auto``: drain.py, what the store writes in about a step: cut
+  when a drain is still being written two step ends later or held up a load).
 - A request that finishes while a save of its blocks is pending keeps its blocks: the scheduler
   side returns True from ``request_finished`` (vLLM's delay-free) and names the request in the
   next step's metadata (``held``); the worker reports it in ``get_finished`` (finished_sending)
@@ -287,14 +287,15 @@ class SavesMixin:
             return
         if sv is not None:
             self._fifo.append(sv)
-        spilled = self._drain_spilled()  # before the commits: they take complete saves away
+        fit = self._drain_budget is not None and self._drain_budget.slack_fit
+        spilled = fit and self._drain_spilled()  # before the commits: they take complete saves away
         self._commit_ready()
         if self._drain_budget is not None:
             b, now = self._drain_budget, time.perf_counter()
             if self._step_end is not None:
                 b.step_time(now - self._step_end)
             self._step_end = now
-            if spilled and b.slack_fit:
+            if spilled:
                 # A drain has had a whole step after the next to be written and still is: more
                 # than the slack.  Nothing goes out until it is done (a load waits for two drains
                 # at most), and the size shrinks once for it.
@@ -305,8 +306,8 @@ class SavesMixin:
                 spent, more = 0, False
             else:
                 # Grown only when the last drain was written within its step (the store kept up).
-                caught_up = not self._drains or not b.slack_fit
-                spent, more = self._drain(b.bytes)
+                caught_up = not self._drains
+                spent, more = self._drain(b.bytes, track=fit)
                 more = more and caught_up
             b.step_drained(spent, more)
         else:
@@ -367,10 +368,11 @@ class SavesMixin:
             self._drains.popleft()
         return len(self._drains) > 1
 
-    def _drain(self, budget):
+    def _drain(self, budget, track=False):
         """Carry over: queued layers of pending saves, oldest save first, ``budget`` bytes a step
-        (one layer at least, so every save progresses).  Return: (bytes submitted, whether writes
-        were left queued by the budget)."""
+        (one layer at least, so every save progresses); ``track``: remember the drain's saves (the
+        slack fit asks whether they were written in time).  Return: (bytes submitted, whether the
+        budget left layers queued whose KV was final)."""
         if self._load is not None or self.fenced():
             return 0, False
         spent, more, saves = 0, False, []
@@ -387,7 +389,7 @@ class SavesMixin:
             # Its next layer's KV is not final yet, or the budget is spent (then: left queued by it).
             more = self.io.ready(e.queued[0][1])
             break
-        if saves:
+        if saves and track:
             self._drains.append([saves, False])
         return spent, more
 
