@@ -269,7 +269,7 @@ def store_probe(path: str) -> dict | None:
         return None
     try:
         return Store.probe(path)
-    except TuttiError:
+    except (TuttiError, OSError, TypeError):  # what doctor's own copy caught: never a traceback there
         return None
 
 

@@ -32,7 +32,7 @@ WAIT_S = 0.001       # a load that waited less than this for writes was not held
 
 
 class DrainBudget:
-    """Bytes a step may drain, sized to the step's slack: what completes before the next step ends."""
+    """Bytes a step may drain, sized to the steps' slack: what the store writes in about one step."""
 
     # False: the rule before the slack fit (no spill cut, no wait for a late drain, growth while
     # writes are left queued): the GPU data paths' rule until it is measured there (saves.py), and
@@ -47,7 +47,7 @@ class DrainBudget:
         self._write_bps = write_bps if write_bps and write_bps > 0 else None
         self.held_up = 0          # loads that waited for drained writes
         self.waited_s = 0.0
-        self.spills = 0           # steps whose previous drain was not complete by their end
+        self.spills = 0           # drains still being written two step ends after they went out
 
     def _clamp(self, n: float) -> int:
         return int(min(max(n, self.floor), self.ceiling))
@@ -70,7 +70,7 @@ class DrainBudget:
             self._cut_this_step = True
 
     def spilled(self) -> None:
-        """The writes drained at the previous step's end were still in flight at this step's end."""
+        """A drain is still being written two step ends after it went out (called once for it)."""
         self.spills += 1
         if not self._cut_this_step:
             self.bytes = max(self.floor, self.bytes - self.bytes // 4)

@@ -33,7 +33,7 @@ COUNTERS = (
     "writes_deferred",   # layer writes held back because the step's reads were in flight
     "rw_overlap_s",      # time a read and a write were both in flight (0 with write_policy slack)
     "load_write_wait_s", # time loads waited for writes in flight before starting (reads first)
-    "drain_spills",      # steps whose previous drain was still being written at their end (drain.py)
+    "drain_spills",      # drains still being written two step ends after they went out (drain.py)
     "save_carried",      # blocks committed in a later step than the one that computed them
     "save_dropped",      # pending blocks dropped: over max_pending_bytes, or at shutdown
     "save_over_bound",   # blocks of a save larger than max_pending_bytes, written in their step
