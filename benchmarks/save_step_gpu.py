@@ -5,6 +5,7 @@ follow, and the data path's own save and load rates (issue 13's H200 must-shows)
 
   save_step_gpu.py [--paths staged,gio] [--tokens 2048,8192,32768] [--requests 3] [--decode-steps 8]
                    [--drain-bytes-per-step auto|SIZE] [--decode graph|eager]
+                   [--variants none,deferred,step] [--slack-fit default|on|off]
                    [--dir /dev/shm] [--json OUT] [--parts rates,steps] [--cpu] [--tiny]
 
 Two parts, per data path, in one process:
@@ -25,7 +26,10 @@ steps: a Llama-3-8B-shaped decoder (random bf16 weights, flash attention; tutti.
     time of the step to its logits) and deferred / none; the decode steps the deferred save took to
     be committed (it is drained and committed by later steps; at most --max-commit-steps), the median
     decode step time while it was pending, against the --decode-steps steps after and against the
-    decode steps of the run without saves.
+    decode steps of the run without saves; and each deferred save's write latency (from the step end
+    at which its last layer had been submitted to the one at which its writes were complete: how long a
+    hit arriving then would wait, since a read never runs beside a write).  ``--slack-fit`` forces
+    drain_bytes_per_step auto's slack fit (tutti.vllm.drain) on or off.
 
 Every loaded block is compared with what was saved (bit-exact).  Needs a CUDA device (--cpu --tiny: a
 smoke test of the same steps on the host).
@@ -84,6 +88,23 @@ class Rig:
         self.sync()
         self.attach_s = time.perf_counter() - t0
         self.step = 0
+        b = self.w._drain_budget
+        if b is not None and args.slack_fit != "default":  # a private switch: a measurement
+            b.slack_fit = args.slack_fit == "on"
+        self.lat = []  # seconds from a pending save's last layer submitted to its writes complete
+
+    def probe(self) -> None:
+        """At a step's end: note when each pending save had every layer submitted and when its writes
+        were all complete (``Txn.poll``, never waits); the span between is the path's write latency."""
+        now = time.perf_counter()
+        for e in list(self.w._fifo):
+            if e.void or e.queued or e.txn is None:
+                continue
+            if not hasattr(e, "_t_out"):
+                e._t_out = now
+            if not hasattr(e, "_t_written") and self.w._written(e):
+                e._t_written = now
+                self.lat.append(now - e._t_out)
 
     def sync(self):
         if self.dev.type == "cuda":
@@ -221,7 +242,7 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
     graph = args.decode == "graph" and not args.cpu
     out["decode"] = "graph" if graph else "eager"
     g = torch.Generator(device=dev).manual_seed(tokens)
-    for variant in ("none", "deferred", "step"):
+    for variant in args.variants.split(","):
         # Room for two requests' blocks: the oldest are evicted (a pending save pins its own).
         rig = Rig(args, shape, path, "step" if variant == "step" else "deferred", n_req * region, 2 * nb + 8)
         try:
@@ -241,10 +262,12 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
                 saves = [] if variant == "none" else [BlockTransfer(f"r{r}", keys, list(range(r * region,
                                                                                               r * region + nb)))]
                 ttft.append(rig.forward_step(model, toks, table, 0, saves))
+                rig.probe()
                 parts.append(rig.parts)
                 # Decode until the deferred save is committed (bounded), then --decode-steps more.
                 i = busy = 0
                 while rig.pending() and busy < args.max_commit_steps:
+                    rig.probe()  # before the step commits it
                     dt = decode(toks, table, i)
                     i, busy = i + 1, busy + 1
                     if r:
@@ -259,20 +282,42 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
                     if r:
                         dec_idle.append(dt)
             s = rig.w.stats.reduce()
-            out[variant] = {"ttft_s": ttft, "ttft_median_s": statistics.median(ttft[1:]), "ttft_parts_s": parts,
+            b = rig.w._drain_budget
+            out[variant] = {"write_latency_s": rig.lat, "slack_fit": bool(b and b.slack_fit),
+                            "drain_bytes_end": b.bytes if b else None,
+                            "ttft_s": ttft, "ttft_median_s": statistics.median(ttft[1:]), "ttft_parts_s": parts,
                             "decode_steps_to_commit": commit_steps,
                             "decode_busy_s": dec_busy, "decode_idle_s": dec_idle,
                             "stats": {k: v for k, v in s.items() if isinstance(v, (int, float))}}
         finally:
             rig.close()
-    none, dfr = out["none"]["ttft_median_s"], out["deferred"]["ttft_median_s"]
-    out["deferred_over_none"] = dfr / none
-    out["step_over_none"] = out["step"]["ttft_median_s"] / none
-    busy, idle = out["deferred"]["decode_busy_s"], out["deferred"]["decode_idle_s"]
-    if busy and idle:
-        out["decode_busy_over_idle"] = statistics.median(busy) / statistics.median(idle)
-    if busy and out["none"]["decode_idle_s"]:  # against the decode steps of the run that saves nothing
-        out["decode_busy_over_none"] = statistics.median(busy) / statistics.median(out["none"]["decode_idle_s"])
+    nan = float("nan")
+    none = out["none"]["ttft_median_s"] if "none" in out else nan
+    if "deferred" in out:
+        out["deferred_over_none"] = out["deferred"]["ttft_median_s"] / none
+        busy, idle = out["deferred"]["decode_busy_s"], out["deferred"]["decode_idle_s"]
+        if busy and idle:
+            out["decode_busy_over_idle"] = statistics.median(busy) / statistics.median(idle)
+        if busy and "none" in out and out["none"]["decode_idle_s"]:  # against the run that saves nothing
+            out["decode_busy_over_none"] = statistics.median(busy) / statistics.median(out["none"]["decode_idle_s"])
+    if "step" in out:
+        out["step_over_none"] = out["step"]["ttft_median_s"] / none
+    return out
+
+
+def summary(s: dict) -> str:
+    nan = float("nan")
+    ms = {v: s[v]["ttft_median_s"] * 1e3 for v in ("none", "deferred", "step") if v in s}
+    out = "TTFT " + ", ".join(f"{v} {t:.1f} ms" for v, t in ms.items())
+    out += f" (deferred/none {s.get('deferred_over_none', nan):.3f}, step/none {s.get('step_over_none', nan):.3f})"
+    if "deferred" in s:
+        d = s["deferred"]
+        lat = d["write_latency_s"]
+        out += (f"; decode ({s['decode']}) while committing / after {s.get('decode_busy_over_idle', nan):.3f},"
+                f" / no saves {s.get('decode_busy_over_none', nan):.3f}; committed after "
+                f"{d['decode_steps_to_commit']} decode steps; slack fit {d['slack_fit']}, drain size at the end "
+                f"{d['drain_bytes_end']}; write latency median "
+                f"{statistics.median(lat) * 1e3 if lat else nan:.1f} ms (max {max(lat) * 1e3 if lat else nan:.1f})")
     return out
 
 
@@ -295,6 +340,10 @@ def main():
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model, small prompts (a smoke test)")
     ap.add_argument("--parts", default="rates,steps")
     ap.add_argument("--cpu", action="store_true", help="KV cache in host memory, data path cpu (a smoke test)")
+    ap.add_argument("--variants", default="none,deferred,step", help="which of the three runs per length")
+    ap.add_argument("--slack-fit", choices=("default", "on", "off"), default="default",
+                    help="drain_bytes_per_step auto's slack fit (drain.py) forced on or off for this run; "
+                         "default: the connector's choice for the path")
     args = ap.parse_args()
     if args.cpu:
         args.paths = "cpu"
@@ -329,14 +378,7 @@ def main():
                 s = part_steps(args, shape, model, path, t)
                 res["steps"].append(s)
                 dump()
-                print(f"{path} {t:6d} tokens: TTFT none {s['none']['ttft_median_s'] * 1e3:8.1f} ms, "
-                      f"deferred {s['deferred']['ttft_median_s'] * 1e3:8.1f} ({s['deferred_over_none']:.3f}x), "
-                      f"step {s['step']['ttft_median_s'] * 1e3:8.1f} ({s['step_over_none']:.3f}x); "
-                      f"decode ({s['decode']}) while committing / after: "
-                      f"{s.get('decode_busy_over_idle', float('nan')):.3f}, "
-                      f"/ no saves: {s.get('decode_busy_over_none', float('nan')):.3f} "
-                      f"(committed after {s['deferred']['decode_steps_to_commit']} decode steps)",
-                      flush=True)
+                print(f"{path} {t:6d} tokens: " + summary(s), flush=True)
 
 
 if __name__ == "__main__":

@@ -220,12 +220,15 @@ def test_the_worker_seeds_the_drain_from_the_profile_tables_write_rate(tmp_path)
     w.close()
 
 
-def test_the_slack_fit_runs_on_the_host_memory_path_and_the_gpu_paths_keep_the_earlier_rule(tmp_path, request):
+def test_the_slack_fit_runs_on_every_data_path_but_gio(tmp_path, request):
     from test_worker_write_policy import gpu_store_lib
+    from tutti.vllm.drain import slack_fit_for
     w, _, _, _ = make_worker(str(tmp_path / "cpu"), "slack", save_mode="deferred")
     assert w._drain_budget.slack_fit
     w.close()
+    assert slack_fit_for("staged") and slack_fit_for("gds") and slack_fit_for("cpu")
+    assert not slack_fit_for("gio")     # the emulated controller's writes: measured, not fitted
     gpu_store_lib(request, "host")
     w, _, _, _ = make_worker(str(tmp_path / "host"), "slack", save_mode="deferred", data_path="host")
-    assert not w._drain_budget.slack_fit    # GpuStore's data-path code: not measured with it yet
+    assert w._drain_budget.slack_fit    # GpuStore's data-path code, as staged runs it
     w.close()

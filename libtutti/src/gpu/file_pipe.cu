@@ -13,6 +13,8 @@
 // A thread never waits for the others, so it runs on into the next layer.
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -128,6 +130,8 @@ static void put_job(struct tt_file_path *fp, struct fp_worker *w, struct fp_laye
 	int ret = cudaEventSynchronize(c->ev) == cudaSuccess ? 0 : -EIO;
 
 	t1 = fp_ns();
+	if (fp->trace)
+		fp_count(&ly->tr_wait, t1 - t0);
 	if (!ret)
 		ret = fp->be->put(ly->t, c, j);
 	fp_count(&w->ns[FP_T_WAIT], t1 - t0);
@@ -138,37 +142,58 @@ static void put_job(struct tt_file_path *fp, struct fp_worker *w, struct fp_laye
 		job_fail(ly, j, ret);
 }
 
-// Gather run k + 1 on the GPU while run k is written.
+// Runs gathered and copied out ahead of the oldest one's put (up to
+// write_ahead beyond it, with the chunks that leaves free). Mapped members'
+// puts are no-ops, so the runs stay queued back to back on the GPU; with one
+// run ahead (the rule before) every run waited out a host round trip.
 static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_layer *ly)
 {
 	const struct fp_backend *be = fp->be;
-	const struct fp_job *pj = nullptr;
-	struct fp_chunk *pc = nullptr;
+	const struct fp_job *pj[FP_MAX_AHEAD + 1];
+	struct fp_chunk *pc[FP_MAX_AHEAD + 1];
+	unsigned n = 0;
 	uint32_t x;
 
 	while ((x = ly->next_job.fetch_add(1)) < ly->n_jobs) {
 		const struct fp_job *j = &ly->jobs[x];
 		struct fp_chunk *c = &w->chunks[w->next++ % fp->depth];
-		uint64_t t0 = fp_ns();
-		int ret = launch_move(ly, j, c, w->s, 0);
+		uint64_t t0;
+		int ret;
 
+		// A chunk is reused only once its last run is put (puts go in order).
+		for (unsigned k = 0; k < n; k++)
+			if (pc[k] == c) {
+				for (unsigned q = 0; q <= k; q++)
+					put_job(fp, w, ly, pc[q], pj[q]);
+				std::copy(pc + k + 1, pc + n, pc);
+				std::copy(pj + k + 1, pj + n, pj);
+				n -= k + 1;
+				break;
+			}
+		t0 = fp_ns();
+		ret = launch_move(ly, j, c, w->s, 0);
 		if (!ret && be->from_dev)
 			ret = be->from_dev(ly->t, c, j, w->s);
 		if (!ret && cudaEventRecord(c->ev, w->s) != cudaSuccess)
 			ret = -EIO;
 		fp_count(&w->ns[FP_T_QUEUE], fp_ns() - t0);
-		if (pc)
-			put_job(fp, w, ly, pc, pj);
-		pc = nullptr;
+		if (fp->trace)
+			fp_count(&ly->tr_queue, fp_ns() - t0);
 		if (ret) {
 			job_fail(ly, j, ret);
 			continue;
 		}
-		pc = c;
-		pj = j;
+		pc[n] = c;
+		pj[n++] = j;
+		if (n > fp->write_ahead) {
+			put_job(fp, w, ly, pc[0], pj[0]);
+			std::copy(pc + 1, pc + n, pc);
+			std::copy(pj + 1, pj + n, pj);
+			n--;
+		}
 	}
-	if (pc)
-		put_job(fp, w, ly, pc, pj);
+	for (unsigned k = 0; k < n; k++)
+		put_job(fp, w, ly, pc[k], pj[k]);
 }
 
 int fp_layer_sum(struct fp_layer *ly)
@@ -188,7 +213,10 @@ int fp_layer_sum(struct fp_layer *ly)
 	return tt_gpu_sum_layer(&d, ly->sum);
 }
 
-// Last thread out of a layer (fp->mu held).
+// Last thread out of a layer. No CUDA call is made under fp->mu: a launch
+// blocks while the device's launch queue is full (a 32K-token prefill runs
+// the caller ~850 ms ahead of the GPU on the H200), and under the lock one
+// blocked launch held up every thread, submission and poll of the path.
 static void layer_finish(struct tt_file_path *fp, struct fp_layer *ly)
 {
 	int ret = 0;
@@ -199,7 +227,21 @@ static void layer_finish(struct tt_file_path *fp, struct fp_layer *ly)
 		ret = -EIO;
 	if (ret)
 		fp_set_err(&ly->err, -EIO);
-	ly->done = 1;
+	if (fp->trace) {
+		uint64_t now = fp_ns();
+
+		fprintf(stderr, "fp-trace %.3f %s L%u jobs %u: started %.3f ms after submit, done %.3f ms "
+			"after; threads queued %.3f ms, waited %.3f ms for copies\n",
+			(now - fp->tr_origin) / 1e6, ly->t->write ? "write" : "read", ly->layer, ly->n_jobs,
+			ly->tr_start ? (ly->tr_start - ly->tr_sub) / 1e6 : 0.0, (now - ly->tr_sub) / 1e6,
+			ly->tr_queue / 1e6,
+			ly->tr_wait / 1e6);
+	}
+	{
+		std::lock_guard<std::mutex> lk(fp->mu);
+
+		ly->done = 1;
+	}
 	fp->cv_done.notify_all();
 }
 
@@ -213,6 +255,7 @@ static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
 	for (;;) {
 		struct fp_layer *ly;
 		uint64_t t0 = fp_ns();
+		bool last;
 
 		fp->cv_work.wait(lk, [&] { return fp->stop || w->cursor != fp->tail; });
 		// Only the part since the counters were last reset.
@@ -224,19 +267,25 @@ static void worker_main(struct tt_file_path *fp, struct fp_worker *w)
 		// A thread the transaction does not use passes its layers
 		// without a CUDA call.
 		if (!ly->t->workers || idx < ly->t->workers) {
+			if (fp->trace && !ly->tr_start)
+				ly->tr_start = fp_ns();
 			lk.unlock();
 			if (ly->t->write)
 				write_layer(fp, w, ly);
 			else
 				read_layer(fp, w, ly);
-			lk.lock();
 			if (cudaEventRecord(w->ev, w->s) != cudaSuccess ||
 			    cudaStreamWaitEvent(ly->sum, w->ev, 0) != cudaSuccess)
 				fp_set_err(&ly->err, -EIO);
+			lk.lock();
 		}
-		if (++ly->passed == fp->n_workers)
-			layer_finish(fp, ly);
+		last = ++ly->passed == fp->n_workers;
 		w->cursor++;
+		if (last) {
+			lk.unlock();
+			layer_finish(fp, ly);
+			lk.lock();
+		}
 		fp->cv_done.notify_all();	// ring room
 	}
 }
@@ -416,6 +465,11 @@ int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	fp->device = d.device;
 	fp->n_workers = d.n_threads;
 	fp->depth = d.depth;
+	fp->trace = getenv("TUTTI_FP_TRACE") != nullptr;
+	fp->tr_origin = fp_ns();
+	fp->write_ahead = std::min(d.depth - 1, FP_MAX_AHEAD);
+	if (const char *e = getenv("TUTTI_FP_WRITE_AHEAD"))	// a measurement's switch
+		fp->write_ahead = std::max(1u, std::min((unsigned)atoi(e), fp->write_ahead));
 	fp->chunk_bytes = d.chunk_bytes;
 	fp->chunk_set = p && p->chunk_bytes;
 	fp->threads_set = p && p->n_threads;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <stdlib.h>
 #include <time.h>
 
 #include <cuda_runtime.h>
@@ -31,6 +32,8 @@
 // 2K-token prefill with saves: 16 threads made the model's launches 1.9x
 // slower, 2 threads moved 4 GiB faster than 16; docs/benchmarks.md).
 #define FP_MAPPED_WORKERS 2u
+// Runs a writing thread keeps in flight beyond the oldest (depth - 1 at most).
+#define FP_MAX_AHEAD	7u
 
 struct fp_txn;
 
@@ -71,6 +74,8 @@ struct fp_layer {
 	int err;			// first failure (atomic)
 	cudaStream_t sum;		// completes here: hash, then ev
 	cudaEvent_t ev;
+	uint64_t tr_sub, tr_start;		// TUTTI_FP_TRACE (ns)
+	uint64_t tr_queue, tr_wait;		// the same, atomic adds
 };
 
 struct fp_txn {
@@ -134,6 +139,7 @@ struct tt_file_path {
 	int device;
 	unsigned n_workers;
 	unsigned depth;
+	unsigned write_ahead;		// write_layer: runs ahead of the oldest put
 	uint32_t chunk_bytes;
 	int chunk_set;			// chunk_bytes given by the caller
 	int threads_set;		// n_threads given by the caller
@@ -153,6 +159,9 @@ struct tt_file_path {
 	// the driver at the next synchronisation, and maps it again next time).
 	cudaMemPool_t pool;
 	void *priv;			// backend's
+	int trace;			// TUTTI_FP_TRACE: a line per layer on stderr
+	uint64_t tr_origin;
+	unsigned sum_next;		// completion stream of the next layer (atomic)
 };
 
 static inline uint64_t fp_ns(void)
@@ -166,6 +175,15 @@ static inline uint64_t fp_ns(void)
 static inline void fp_count(uint64_t *ctr, uint64_t v)
 {
 	__atomic_fetch_add(ctr, v, __ATOMIC_RELAXED);
+}
+
+// FP_MAPPED_WORKERS, or TUTTI_FP_MAPPED_WORKERS (a measurement's switch).
+static inline unsigned fp_mapped_workers(void)
+{
+	const char *e = getenv("TUTTI_FP_MAPPED_WORKERS");
+	int n = e ? atoi(e) : 0;
+
+	return n > 0 ? (unsigned)n : FP_MAPPED_WORKERS;
 }
 
 // Waiting threads sleep: a spinning one would take a core from the preads.

@@ -196,6 +196,13 @@ int fp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
 		ly->base[k] = mem->base[tt_obj_index(&t->geo, layer, k)];
 		ly->stride[k] = mem->stride[tt_obj_index(&t->geo, layer, k)];
 	}
+	ly->sum = fp->sum[__atomic_fetch_add(&fp->sum_next, 1, __ATOMIC_RELAXED) % FP_SUM_STREAMS];
+	ly->tr_sub = fp->trace ? fp_ns() : 0;
+	// Writes hash the bytes they are about to move, alongside the gathers
+	// (launched without fp->mu: a launch may block, file_pipe.cu).
+	if (t->write && ly->n_objs && fp_layer_sum(ly))
+		return tt_seterr(-EIO, "%s path: hash kernel launch failed", fp->be->name);
+
 	std::unique_lock<std::mutex> lk(fp->mu);
 	fp->cv_done.wait(lk, [&] {
 		uint64_t lo = fp->tail;
@@ -204,10 +211,6 @@ int fp_layer(void *txn, uint32_t layer, const struct tt_memmap *mem)
 			lo = std::min(lo, w.cursor);
 		return fp->tail - lo < FP_RING;
 	});
-	ly->sum = fp->sum[fp->tail % FP_SUM_STREAMS];
-	// Writes hash the bytes they are about to move, alongside the gathers.
-	if (t->write && ly->n_objs && fp_layer_sum(ly))
-		return tt_seterr(-EIO, "%s path: hash kernel launch failed", fp->be->name);
 	ly->submitted = 1;
 	fp->ring[fp->tail % FP_RING] = ly;
 	fp->tail++;

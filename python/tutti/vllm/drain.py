@@ -22,8 +22,8 @@ At most one cut a step; no growth in a step that was cut. Between one layer of o
 progresses) and the pending bound. The profile table's ``io.write_gbps`` (``profile``) sets the size
 once the first step's duration is known: the bytes that rate writes in one step. Without a table it
 starts at START. A data path that cannot tell whether writes completed (``poll`` always True) never
-spills: only loads that waited then cut the size. The GPU data paths keep the rule before the slack
-fit (``slack_fit`` False, saves.py) until it is measured there.
+spills: only loads that waited then cut the size. Measured on the host-memory path (CPU) and on
+``staged`` (H200); ``gio`` keeps the rule before the fit (slack_fit_for).
 """
 from __future__ import annotations
 
@@ -31,12 +31,22 @@ START = 64 << 20     # the fixed default before ``auto``; the size until a profi
 WAIT_S = 0.001       # a load that waited less than this for writes was not held up
 
 
+def slack_fit_for(path) -> bool:
+    """Does the slack fit size this data path's drains?  On the H200 (docs/benchmarks.md, "The drain
+    rule on the GPU paths") it bounds ``staged``'s drained writes in flight to a step or two, where the
+    earlier rule let 1-4 GiB go at once (a hit then waited up to 0.5 s for them).  ``gio`` keeps the
+    earlier rule: with the emulated controller its writes complete within the next step, so the fit
+    only grows the drain to the pending bound, and the emulator's data moves on the SMs then cost the
+    decode steps more (1.43x vs 1.2x at 8K) -- to be measured again on a real controller."""
+    return path != "gio"
+
+
 class DrainBudget:
     """Bytes a step may drain, sized to the steps' slack: what the store writes in about one step."""
 
     # False: the rule before the slack fit (no spill cut, no wait for a late drain, growth while
-    # writes are left queued): the GPU data paths' rule until it is measured there (saves.py), and
-    # benchmarks/drain_slack.py's baseline; not a setting.
+    # writes are left queued): gio's rule (slack_fit_for), and the baseline of
+    # benchmarks/drain_slack.py and save_step_gpu.py --slack-fit off; not a setting.
     slack_fit = True
 
     def __init__(self, floor: int, ceiling: int, start: int = START, write_bps: float | None = None):

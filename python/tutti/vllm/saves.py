@@ -131,12 +131,8 @@ class SavesMixin:
             wbps = float(io.get("write_gbps") or 0) * 1e9
             self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=self._max_pending,
                                              write_bps=wbps or None)
-            # The slack fit is measured on the host-memory path only; the GPU paths' writes finish
-            # later than their layers' handover by a latency of their own (staged: 50-200 ms on the
-            # H200), which it would read as late drains: they keep the earlier rule until measured.
-            from .datapath import HostIO
-            if not isinstance(self.io, HostIO):
-                self._drain_budget.slack_fit = False
+            from .drain import slack_fit_for
+            self._drain_budget.slack_fit = slack_fit_for(getattr(self.io, "path", None))
 
     def _layer_bytes(self, sv):
         return len(sv.keys) * self.layout.block_bytes // max(self.layout.n_layers, 1)
