@@ -10,6 +10,9 @@
       predicted crossover to measure where bubbles start; --quick: 32K only, a few points (< 2 min)
   prefill.py render --json prefill_h200.json --doc docs/benchmarks.md
       writes the section "Layer-wise prefill (H200)" (only it)
+  prefill.py model --json prefill_h200.json
+      the model (tutti.sched) against a run: every point's TTFT and the crossovers, predicted with the
+      I/O rate measured alone and with the one measured beside GEMMs (no GPU needed)
 
 Two kinds of store (--kv):
 
@@ -249,7 +252,7 @@ def run(args):
     from tutti import gpu
     from tutti.prefill import LLAMA3_8B_SHAPE, Decoder, PagedKVCache, PrefillHarness, new_block_table
     from tutti.prefill.profiling import device_name, measure_io, profile_layer, profile_table
-    from tutti.sched import ComputeProfile, Hardware, SlackScheduler, crossover_hit_rate
+    from tutti.sched import ComputeProfile, Hardware, SlackScheduler, crossover_hit_rate, plan_io
 
     def log(msg):
         print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
@@ -302,14 +305,16 @@ def run(args):
     log(f"I/O: write {io['write_gbps']:.2f} GB/s, read {io['read_gbps']:.2f} GB/s under compute "
         f"(idle {io['write_gbps_idle']:.2f} / {io['read_gbps_idle']:.2f}), bit-exact {io['bit_exact']}")
     out["io"] = io
-    # the model plans with the rates measured while GEMMs keep the GPU busy (as during a prefill)
+    # the model plans with the rates measured alone (sched.plan_io: the loads inside a prefill ran at
+    # them on the H200; the rates beside GEMMs were up to 2.5x pessimistic)
     prof_json = profile_table(shape, pts, device=device_name(dev), dtype="bfloat16",
                               io={"read_gbps": io["read_gbps"], "write_gbps": io["write_gbps"],
                                   "n_ssd": args.namespaces, "read_gbps_idle": io["read_gbps_idle"],
                                   "write_gbps_idle": io["write_gbps_idle"]})
     out["profile"] = prof_json
     profile = ComputeProfile.from_json(prof_json)
-    hw = Hardware(read_gbps=io["read_gbps"], write_gbps=io["write_gbps"], n_ssd=args.namespaces)
+    pio = plan_io(prof_json["io"])
+    hw = Hardware(read_gbps=pio["read_gbps"], write_gbps=pio["write_gbps"], n_ssd=args.namespaces)
     sched = SlackScheduler(shape, hw, profile, prefetch_depth=2)
     out["fit"] = profile.describe()
     save()
@@ -631,6 +636,28 @@ def render(args):
     print(sec)
 
 
+def model_check(args) -> None:
+    """Print the model's TTFT and crossover against a run, with either I/O rate."""
+    from tutti.sched.measured import check
+
+    with open(args.json) as f:
+        run_json = json.load(f)
+    res = {s: check(run_json, s) for s in ("alone", "gemms")}
+    print(f"| Prompt | Hit rate | Measured (ms) | Predicted, I/O alone ({res['alone']['read_gbps']:.1f} GB/s) | "
+          f"error | Predicted, I/O beside GEMMs ({res['gemms']['read_gbps']:.1f} GB/s) | error |")
+    print("|---|---|---|---|---|---|---|")
+    for a, g in zip(res["alone"]["points"], res["gemms"]["points"]):
+        print(f"| {a['tokens'] // 1024}K | {a['hit_rate']:.3f} | {a['measured_s'] * 1e3:.0f} | "
+              f"{a['predicted_s'] * 1e3:.0f} | {a['err'] * 100:+.1f}% | {g['predicted_s'] * 1e3:.0f} | "
+              f"{g['err'] * 100:+.1f}% |")
+    for s in ("alone", "gemms"):
+        r = res[s]
+        cr = ", ".join(f"{c['tokens'] // 1024}K {c['predicted']:.3f} vs {c['measured']:.3f} ({c['err'] * 100:+.1f}%)"
+                       for c in r["crossovers"])
+        print(f"\nI/O {s}: largest TTFT error {r['max_abs_err'] * 100:.1f}% over {len(r['points'])} points; "
+              f"crossover predicted vs measured: {cr}")
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -651,6 +678,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--budget-s", type=float, default=300.0, help="skip the remaining prompts after this long")
     r.add_argument("--watchdog-s", type=float, default=120.0, help="exit when no step finished for this long")
     r.set_defaults(fn=run)
+    m = sub.add_parser("model")
+    m.add_argument("--json", required=True)
+    m.set_defaults(fn=model_check)
     d = sub.add_parser("render")
     d.add_argument("--json", required=True)
     d.add_argument("--doc", default="docs/benchmarks.md")

@@ -72,27 +72,36 @@ def test_plan_from_profile_uses_its_shape_and_io(tmp_path):
     assert "fit error" in run(["plan", "--profile", path, "--tokens", "32K"]).output
 
 
-def test_plan_shows_the_crossover_band_when_the_profile_measured_io_alone(tmp_path):
-    # I/O measured beside GEMMs (24 GB/s) and alone (2 x faster): the crossover with the faster rate is
-    # what tutti.sched gives for it, and above the one with the slower rate (loads keep up for longer).
+def test_plan_uses_the_io_rate_alone_and_shows_the_crossover_beside_gemms(tmp_path):
+    # I/O measured beside GEMMs (24 GB/s) and alone (2 x faster): the plan uses the rate alone (what loads
+    # inside a prefill reached on the H200) and shows the crossover the slower rate gives, below it.
     path = profile_table(tmp_path / "p.json", read_gbps_idle=48.0, write_gbps_idle=40.0)
     d = json.loads(run(["plan", "--profile", path, "--tokens", "32K,128K", "--json"]).output)
     prof = ComputeProfile.from_json(str(path))
-    fast = Hardware.per_ssd(12.0, 4, 10.0)
-    assert d["hardware"]["read_gbps_io_alone"] == pytest.approx(48.0)
+    fast, slow = Hardware.per_ssd(12.0, 4, 10.0), Hardware.per_ssd(6.0, 4, 4.0)
+    assert d["hardware"]["read_gbps"] == pytest.approx(48.0) and d["hardware"]["io_source"] == "alone"
+    assert d["hardware"]["read_gbps_io_beside_gemms"] == pytest.approx(24.0)
     for ln in d["lengths"]:
-        assert ln["crossover_hit_rate_io_alone"] == pytest.approx(
-            crossover_hit_rate(prof.shape, fast, prof, ln["tokens"]))
-        assert ln["crossover_hit_rate_io_alone"] > ln["crossover_hit_rate"]
+        assert ln["crossover_hit_rate"] == pytest.approx(crossover_hit_rate(prof.shape, fast, prof, ln["tokens"]))
+        assert ln["crossover_hit_rate_io_beside_gemms"] == pytest.approx(
+            crossover_hit_rate(prof.shape, slow, prof, ln["tokens"]))
+        assert ln["crossover_hit_rate_io_beside_gemms"] < ln["crossover_hit_rate"]
     out = run(["plan", "--profile", path, "--tokens", "32K"]).output
-    assert "I/O rate alone" in out and "lies between" in out
-    # No band without the alone rates, or when --ssd-gbps overrides the profile's I/O.
+    assert "beside GEMMs" in out and "measured alone" in out
+    # Without the alone rates: the rate beside GEMMs, no second column; --ssd-gbps overrides both.
     plain = json.loads(run(["plan", "--profile", profile_table(tmp_path / "q.json"), "--tokens", "32K",
                             "--json"]).output)
-    assert "crossover_hit_rate_io_alone" not in plain["lengths"][0]
-    assert plain["hardware"]["read_gbps_io_alone"] is None
+    assert "crossover_hit_rate_io_beside_gemms" not in plain["lengths"][0]
+    assert plain["hardware"]["io_source"] == "beside GEMMs" and plain["hardware"]["read_gbps"] == pytest.approx(24.0)
     over = json.loads(run(["plan", "--profile", path, "--tokens", "32K", "--ssd-gbps", "5", "--json"]).output)
-    assert "crossover_hit_rate_io_alone" not in over["lengths"][0]
+    assert "crossover_hit_rate_io_beside_gemms" not in over["lengths"][0]
+    assert over["hardware"]["io_source"] == "given" and over["hardware"]["read_gbps"] == pytest.approx(20.0)
+
+
+def test_a_profile_with_a_bad_rate_alone_is_refused(tmp_path):
+    path = profile_table(tmp_path / "p.json", read_gbps_idle=-1.0)
+    r = run(["plan", "--profile", path, "--tokens", "32K"], expect=2)
+    assert "read_gbps_idle" in r.output and "Traceback" not in r.output
 
 
 @pytest.mark.parametrize("args,msg", [

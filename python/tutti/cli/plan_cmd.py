@@ -63,9 +63,9 @@ def _pct(v: float | None) -> str:
 
 
 def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], depth: int,
-                 hw_alone=None) -> list[dict]:
-    """Per length: the predictions with ``hw``; with ``hw_alone`` (the I/O path's rate measured alone)
-    also the crossover that rate gives, the other end of the band the real one falls in."""
+                 hw_gemms=None) -> list[dict]:
+    """Per length: the predictions with ``hw``; with ``hw_gemms`` (the I/O rate the profile measured
+    beside GEMMs, when ``hw`` is the rate alone) also the crossover that rate gives: a pessimistic bound."""
     from ..sched import best_load_blocks, crossover_hit_rate, loading_stops_paying, predict
 
     out = []
@@ -83,27 +83,10 @@ def plan_lengths(shape, hw, profile, tokens: list[int], hit_rates: list[float], 
               "crossover_hit_rate": cross,
               "loading_stops_paying_hit_rate": loading_stops_paying(shape, hw, profile, t, depth),
               "rows": rows}
-        if hw_alone is not None:
-            ln["crossover_hit_rate_io_alone"] = crossover_hit_rate(shape, hw_alone, profile, t)
+        if hw_gemms is not None:
+            ln["crossover_hit_rate_io_beside_gemms"] = crossover_hit_rate(shape, hw_gemms, profile, t)
         out.append(ln)
     return out
-
-
-def io_alone_hardware(io: dict, n_ssd: int, pcie_gbps):
-    """The profile's I/O rates measured with the GPU otherwise idle, as Hardware, or None if it has none.
-
-    `tutti-admin profile` measures the store's I/O twice: beside GEMMs that fill the GPU (what the plan
-    uses: a pessimistic input, the I/O kernels fight the GEMMs for SMs) and alone. On the H200 the loads
-    inside a real prefill ran at the rate measured alone (docs/prefill.md), so the truth lies between.
-    """
-    from ..sched import Hardware
-
-    r, w = io.get("read_gbps_idle"), io.get("write_gbps_idle")
-    if not isinstance(r, (int, float)) or isinstance(r, bool) or r <= 0:
-        return None
-    w = w if isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 else io["write_gbps"]
-    n = io.get("n_ssd") or n_ssd
-    return Hardware.per_ssd(r / n, n_ssd, w / n, pcie_gbps)
 
 
 def _preset_names() -> list[str]:
@@ -150,7 +133,7 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
 
     Needs --model or --profile.  Runs anywhere: no GPU, no torch.
     """
-    from ..sched import PRESETS, ComputeProfile, Hardware, ProfileError
+    from ..sched import PRESETS, ComputeProfile, Hardware, ProfileError, plan_io
 
     if bool(model_name) == bool(profile_path):
         raise CliError("give exactly one of --model NAME and --profile TABLE.json", EXIT_USAGE)
@@ -170,23 +153,28 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
         raise CliError(f"--tokens {max(tokens)}: longer than one store lookup serves ({most} tokens: "
                        "tt_store_lookup() counts blocks in an unsigned int)", EXIT_USAGE)
     io = profile.io or {}
-    rates_from_profile = ssd_gbps is None and bool(io)
+    pio = plan_io(io)  # the rate measured alone when the profile has it (docs/scheduler.md)
+    rates_from_profile = ssd_gbps is None and pio is not None
     if ssd_gbps is None:
-        ssd_gbps = io["read_gbps"] / io["n_ssd"] if io else 7.0
+        ssd_gbps = pio["read_gbps"] / pio["n_ssd"] if pio else 7.0
     if ssd_write_gbps is None:
-        ssd_write_gbps = io["write_gbps"] / io["n_ssd"] if io else ssd_gbps
+        ssd_write_gbps = pio["write_gbps"] / pio["n_ssd"] if pio else ssd_gbps
     if n_ssd is None:
         n_ssd = io.get("n_ssd", 4)
     hw = Hardware.per_ssd(ssd_gbps, n_ssd, ssd_write_gbps, pcie_gbps)
-    hw_alone = io_alone_hardware(io, n_ssd, pcie_gbps) if rates_from_profile else None
+    hw_gemms = None
+    if rates_from_profile and pio["source"] == "alone":
+        n = io["n_ssd"]
+        hw_gemms = Hardware.per_ssd(io["read_gbps"] / n, n_ssd, io["write_gbps"] / n, pcie_gbps)
 
-    lengths = plan_lengths(shape, hw, profile, tokens, rates, prefetch_depth, hw_alone)
+    lengths = plan_lengths(shape, hw, profile, tokens, rates, prefetch_depth, hw_gemms)
     if as_json:
         _emit_json({"model": {**shape.to_dict(), "name": shape.name},
                     "hardware": {"read_gbps": hw.read_gbps, "write_gbps": hw.write_gbps, "n_ssd": hw.n_ssd,
                                  "pcie_gbps": hw.pcie_gbps, "effective_read_gbps": hw.read_bps / 1e9,
                                  "effective_write_gbps": hw.write_bps / 1e9,
-                                 "read_gbps_io_alone": hw_alone.read_gbps if hw_alone else None},
+                                 "io_source": pio["source"] if rates_from_profile else "given",
+                                 "read_gbps_io_beside_gemms": hw_gemms.read_gbps if hw_gemms else None},
                     "compute": profile.describe(), "prefetch_depth": prefetch_depth, "lengths": lengths})
         return
     print_plan(shape, hw, profile, lengths, prefetch_depth)
@@ -227,18 +215,19 @@ def print_plan(shape, hw, profile, lengths: list[dict], depth: int) -> None:
                       deferred, end_section=i == len(ln["rows"]) - 1)
     con.print(t)
     s = Table(title="Per length")
-    band = any("crossover_hit_rate_io_alone" in ln for ln in lengths)
+    band = any("crossover_hit_rate_io_beside_gemms" in ln for ln in lengths)
     cols = ["tokens", "recompute (ms)", "crossover hit rate"]
-    cols += ["crossover, I/O rate alone"] if band else []
+    cols += ["crossover, I/O beside GEMMs"] if band else []
     for col in cols + ["loading stops paying at"]:
         s.add_column(col, justify="right")
     for ln in lengths:
-        extra = [_pct(ln.get("crossover_hit_rate_io_alone"))] if band else []
+        extra = [_pct(ln.get("crossover_hit_rate_io_beside_gemms"))] if band else []
         s.add_row(str(ln["tokens"]), _ms(ln["recompute_ttft_s"]), _pct(ln["crossover_hit_rate"]), *extra,
                   _pct(ln["loading_stops_paying_hit_rate"]))
     con.print(s)
     if band:
-        con.print("the profile measured the store's I/O beside GEMMs (used above) and alone; the real crossover "
-                  "lies between the two columns (on the H200 the loads inside a prefill ran at the rate alone)")
+        con.print("planned with the store's I/O rate measured alone (inside a prefill on the H200 the loads ran "
+                  "at it: every TTFT predicted within 9%); the profile's rate beside GEMMs gives the pessimistic "
+                  "crossover of the other column")
     con.print("bubble = TTFT - compute (includes the first layer's load); best load: load only that much of the "
               "prompt, recompute the rest of the hit; crossover: above it a layer's load outlasts its compute")

@@ -159,7 +159,8 @@ def _measure_store_io(shape, dtype_name, dev, n_ns, rate_gbps, n_blocks) -> dict
         ctrl.close()
     if r["errors"] or not r["bit_exact"]:
         raise CliError(f"I/O check failed: {r['errors']} failed commands, bit-exact {r['bit_exact']}", 3)
-    # the rates under compute are what a prefill gets; the idle ones are kept for reference
+    # both: the model plans with the rates alone (sched.plan_io: what loads inside a prefill reached on
+    # the H200), the ones beside GEMMs are its pessimistic bound
     return {"read_gbps": round(r["read_gbps"], 3), "write_gbps": round(r["write_gbps"], 3), "n_ssd": n_ns,
             "read_gbps_idle": round(r["read_gbps_idle"], 3), "write_gbps_idle": round(r["write_gbps_idle"], 3),
             "rate_cap_gbps": rate_gbps, "backing": "emulated controller, hostmem"}

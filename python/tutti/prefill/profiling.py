@@ -102,9 +102,10 @@ def measure_io(kv, cache: PagedKVCache, n_blocks: int, slots, *, stream=None, un
     and read them back
     into the next ``n_blocks`` cache blocks; decimal GB/s each way, and whether the copy is bit-exact.
 
-    Measured idle, then (``under_compute``) again while GEMMs keep the GPU busy on another stream, as
-    during a prefill: ``read_gbps``/``write_gbps`` are then the rates under compute (what the scheduler
-    should plan with), ``*_idle`` the rates of the I/O path alone.
+    Measured idle, then (``under_compute``) again while GEMMs keep the GPU busy on another stream:
+    ``read_gbps``/``write_gbps`` are then the rates beside GEMMs (a pessimistic bound), ``*_idle`` the
+    rates of the I/O path alone, which the model plans with (``tutti.sched.plan_io``: loads inside a
+    prefill ran at them on the H200).
     """
     if cache.num_blocks < 2 * n_blocks:
         raise ValueError(f"a cache of {cache.num_blocks} blocks cannot hold {n_blocks} blocks twice")

@@ -20,12 +20,12 @@ from .model import (
     predict,
 )
 from .pipeline import Timeline, place_writes, simulate_pipeline
-from .profile import ComputePoint, ComputeProfile, LayerFit, ProfileError, fit_layer_time
+from .profile import ComputePoint, ComputeProfile, LayerFit, ProfileError, fit_layer_time, plan_io
 from .scheduler import IoOp, PrefillPlan, ScheduleState, SlackScheduler
 
 __all__ = [
     "LLAMA3_8B", "LLAMA3_70B", "MISTRAL_7B", "QWEN25_7B", "QWEN25_32B", "PRESETS", "Hardware", "ModelShape",
     "Prediction", "TokenSplit", "best_load_blocks", "crossover_hit_rate", "loading_stops_paying", "predict",
     "Timeline", "place_writes", "simulate_pipeline", "ComputePoint", "ComputeProfile", "LayerFit", "ProfileError",
-    "fit_layer_time", "IoOp", "PrefillPlan", "ScheduleState", "SlackScheduler",
+    "fit_layer_time", "plan_io", "IoOp", "PrefillPlan", "ScheduleState", "SlackScheduler",
 ]

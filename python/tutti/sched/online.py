@@ -78,8 +78,9 @@ class LoadPlanner:
         self._clock = clock
         self._last_fetch: float | None = None         # when a fetch was last measured (or probed)
         self.prior = prior
-        io = getattr(prior, "io", None) or {}
-        self._prior_read_bps = float(io["read_gbps"]) * 1e9 if io.get("read_gbps") else None
+        from .profile import plan_io
+        pi = plan_io(getattr(prior, "io", None))
+        self._prior_read_bps = pi["read_gbps"] * 1e9 if pi and pi["read_gbps"] else None
 
     def observe_load(self, nbytes: int, wall_s: float, stall_s: float) -> None:
         """A finished load: its bytes, its time from start to the last layer, and how long the

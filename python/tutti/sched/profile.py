@@ -6,7 +6,11 @@ Format (JSON, version 1), written by ``tutti-admin profile``::
      "model": {"n_layers": 32, "hidden": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
                "intermediate": 14336, "dtype": "bfloat16", "block_size": 16},
      "compute": [{"new_tokens": 4096, "prefix_tokens": 28672, "layer_s": 0.0123}, ...],
-     "io": {"read_gbps": 26.0, "write_gbps": 20.0, "n_ssd": 4}}          # optional
+     "io": {"read_gbps": 26.0, "write_gbps": 20.0, "n_ssd": 4,           # optional
+            "read_gbps_idle": 48.0, "write_gbps_idle": 40.0}}                # optional
+
+``io``: the store's rates measured while GEMMs fill the GPU (``read_gbps``, ``write_gbps``) and,
+optionally, with the I/O alone (``*_gbps_idle``); ``plan_io`` says which the model plans with.
 
 ``layer_s`` is one decoder layer's prefill forward for ``new_tokens`` new tokens that attend
 to ``prefix_tokens`` cached tokens and (causally) to themselves.
@@ -120,6 +124,33 @@ def _need(d: dict, key: str, kind, where: str, minimum: int | None = None):
     return v
 
 
+def plan_io(io: dict | None) -> dict | None:
+    """The I/O rates (GB/s) the model plans with, from a profile table's ``io``: the rates measured
+    with the I/O alone when the table has them, else the ones measured beside GEMMs.
+
+    Checked against a measured prefill (the H200 run in benchmarks/prefill_h200.json, 23 points, 32K
+    to 128K tokens, hit rates 0.25 to 1): with the rate alone every predicted TTFT is within 8.7 % of
+    the measured one and the 32K crossover within 0.1 %; with the rate beside GEMMs the TTFT above the
+    crossover is up to 2.5x too long (the loads inside the prefill ran at the rate alone: prefill's
+    attention and MLP do not slow them as back-to-back tensor-core GEMMs do).  ``docs/scheduler.md``.
+    Returns ``{"read_gbps", "write_gbps", "n_ssd", "source"}`` (source: "alone" or "beside GEMMs"; a
+    rate the table lacks is None), or None when it has no rate at all."""
+    def num(k):
+        v = io.get(k)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+    if not io:
+        return None
+    n_ssd = io.get("n_ssd")
+    n = n_ssd if isinstance(n_ssd, int) and not isinstance(n_ssd, bool) and n_ssd > 0 else 1
+    if num("read_gbps_idle"):
+        return {"read_gbps": num("read_gbps_idle"), "write_gbps": num("write_gbps_idle") or num("write_gbps"),
+                "n_ssd": n, "source": "alone"}
+    if num("read_gbps") or num("write_gbps"):
+        return {"read_gbps": num("read_gbps"), "write_gbps": num("write_gbps"), "n_ssd": n, "source": "beside GEMMs"}
+    return None
+
+
 class ComputeProfile:
     """Per-layer prefill time, from a measured table (fitted) or from FLOPs and bandwidth (analytic)."""
 
@@ -225,6 +256,10 @@ class ComputeProfile:
                 if not v > 0:
                     raise ProfileError(f"{where}: io: {k!r} must be a number > 0, got {v!r}")
             _need(io, "n_ssd", int, f"{where}: io", 1)
+            for k in ("read_gbps_idle", "write_gbps_idle"):
+                v = io.get(k)
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+                    raise ProfileError(f"{where}: io: {k!r} must be a number > 0, got {v!r}")
         try:
             return cls(shape, points, device=device, date=date, model=dict(model), io=io)
         except ProfileError as e:

@@ -19,7 +19,7 @@ profile table when there is one:
   a quarter.
 
 At most one cut a step; no growth in a step that was cut. Between one layer of one save (every save
-progresses) and the pending bound. The profile table's ``io.write_gbps`` (``profile``) sets the size
+progresses) and the pending bound. The profile table's write rate (``profile``; ``sched.plan_io``) sets the size
 once the first step's duration is known: the bytes that rate writes in one step. Without a table it
 starts at START. A data path that cannot tell whether writes completed (``poll`` always True) never
 spills: only loads that waited then cut the size. Measured on the host-memory path (CPU) and on

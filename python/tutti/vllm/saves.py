@@ -126,9 +126,10 @@ class SavesMixin:
         auto = min(num_blocks * bb // 4, self.store.geometry.n_slots * bb // 2)
         self._max_pending = self.cfg.max_pending_bytes or max(auto, bb)
         if self.cfg.drain_bytes_per_step is None:
+            from ..sched.profile import plan_io
             from .drain import DrainBudget
-            io = getattr(self.cfg.profile, "io", None) or {}
-            wbps = float(io.get("write_gbps") or 0) * 1e9
+            pi = plan_io(getattr(self.cfg.profile, "io", None))
+            wbps = pi["write_gbps"] * 1e9 if pi and pi["write_gbps"] else 0.0
             self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=self._max_pending,
                                              write_bps=wbps or None)
             from .drain import slack_fit_for
