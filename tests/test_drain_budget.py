@@ -232,3 +232,29 @@ def test_the_slack_fit_runs_on_every_data_path_but_gio(tmp_path, request):
     w, _, _, _ = make_worker(str(tmp_path / "host"), "slack", save_mode="deferred", data_path="host")
     assert w._drain_budget.slack_fit    # GpuStore's data-path code, as staged runs it
     w.close()
+
+
+def test_a_gpu_data_path_keeps_each_drain_under_the_gpu_ceiling(tmp_path):
+    # The drain's work runs beside the next steps' kernels on a GPU path: the size never exceeds
+    # GPU_STEP_CEILING there, whatever the pending bound; the host paths go up to the bound.
+    from types import SimpleNamespace
+
+    from test_worker_write_policy import NUM_BLOCKS
+    from tutti.vllm.drain import GPU_STEP_CEILING
+    w, _, _, _ = make_worker(str(tmp_path), "slack", save_mode="deferred")
+    w.cfg.max_pending_bytes = 4 << 30
+    w._set_pending_bound(NUM_BLOCKS)
+    assert w._drain_budget.ceiling == 4 << 30
+    host_io = w.io
+    try:
+        for path, fit in (("staged", True), ("gio", False)):
+            w.io = SimpleNamespace(on_gpu=True, path=path)
+            w._set_pending_bound(NUM_BLOCKS)
+            b = w._drain_budget
+            assert b.ceiling == GPU_STEP_CEILING and b.slack_fit is fit
+            for _ in range(40):                    # the store keeps up: grown to the ceiling, no further
+                b.step_drained(b.bytes, wanted_more=True)
+            assert b.bytes == GPU_STEP_CEILING
+    finally:
+        w.io = host_io
+        w.close()

@@ -23,11 +23,18 @@ progresses) and the pending bound. The profile table's write rate (``profile``; 
 once the first step's duration is known: the bytes that rate writes in one step. Without a table it
 starts at START. A data path that cannot tell whether writes completed (``poll`` always True) never
 spills: only loads that waited then cut the size. Measured on the host-memory path (CPU) and on
-``staged`` (H200); ``gio`` keeps the rule before the fit (slack_fit_for).
+``staged`` (H200); ``gio`` keeps the rule before the fit (slack_fit_for). On a GPU data path the size
+is at most GPU_STEP_CEILING.
 """
 from __future__ import annotations
 
 START = 64 << 20     # the fixed default before ``auto``; the size until a profile seeds it
+# On a GPU data path a drain's work (gather kernels, copies; gio's moves under the emulated
+# controller) runs beside the next steps' kernels: the size is kept at most this.  Measured beside
+# decode steps replayed from a CUDA graph on the H200 (8-11 ms steps, Llama-3-8B shape), staged:
+# drains of 110-128 MiB a step cost the steps 0.9-2.5 %, 263 MiB 6.3 %, 420 MiB 3.6 %
+# (docs/benchmarks.md, "The drain rule on the GPU paths").  At least one layer still goes each step.
+GPU_STEP_CEILING = 128 << 20
 WAIT_S = 0.001       # a load that waited less than this for writes was not held up
 
 

@@ -130,7 +130,11 @@ class SavesMixin:
             from .drain import DrainBudget
             pi = plan_io(getattr(self.cfg.profile, "io", None))
             wbps = pi["write_gbps"] * 1e9 if pi and pi["write_gbps"] else 0.0
-            self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=self._max_pending,
+            ceiling = self._max_pending
+            if getattr(self.io, "on_gpu", False):  # the drain's work runs beside the next steps' kernels
+                from .drain import GPU_STEP_CEILING
+                ceiling = min(ceiling, GPU_STEP_CEILING)
+            self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=ceiling,
                                              write_bps=wbps or None)
             from .drain import slack_fit_for
             self._drain_budget.slack_fit = slack_fit_for(getattr(self.io, "path", None))
