@@ -536,8 +536,8 @@ def render_section(data: dict) -> str:
          f"another stream: write {io.get('write_gbps', 0):.2f} GB/s, read {io.get('read_gbps', 0):.2f} GB/s "
          f"(I/O alone: write {io.get('write_gbps_idle', io.get('write_gbps', 0)):.2f}, read "
          f"{io.get('read_gbps_idle', io.get('read_gbps', 0)):.2f}); read-back bit-exact: "
-         f"{'yes' if io.get('bit_exact') else 'NO'}. The scheduler's model plans with the rates under compute "
-         "and the profiled layer times. " + _io_note(m, io),
+         f"{'yes' if io.get('bit_exact') else 'NO'}. The scheduler's model plans with the rates measured alone "
+         "(tutti.sched.plan_io) and the profiled layer times. " + _io_note(m, io),
          "- Prefix KV: random bytes written to the store first (hbm and tutti attend to identical KV); before each "
          "tutti run the prefix blocks in HBM are zeroed, so they can only come from the store.", ""]
     rec = {}

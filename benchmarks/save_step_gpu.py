@@ -345,6 +345,9 @@ def main():
                     help="drain_bytes_per_step auto's slack fit (drain.py) forced on or off for this run; "
                          "default: the connector's choice for the path")
     args = ap.parse_args()
+    bad = set(args.variants.split(",")) - {"none", "deferred", "step"}
+    if bad or not args.variants:
+        ap.error(f"--variants: none, deferred or step, comma-separated (got {args.variants!r})")
     if args.cpu:
         args.paths = "cpu"
     elif not torch.cuda.is_available():

@@ -151,3 +151,19 @@ def test_plan_runs_without_torch_or_gpu():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["model"]["name"] == "qwen2.5-7b"
+
+
+@pytest.mark.parametrize("bad", ["Infinity", "0", "true", "\"fast\""])
+def test_a_profile_with_an_unusable_io_rate_alone_is_refused(tmp_path, bad):
+    p = tmp_path / "p.json"
+    profile_table(p, read_gbps_idle=1.0)
+    p.write_text(p.read_text().replace('"read_gbps_idle": 1.0', f'"read_gbps_idle": {bad}'))
+    r = run(["plan", "--profile", p, "--tokens", "32K"], expect=2)
+    assert "read_gbps_idle" in r.output and "Traceback" not in r.output
+
+
+def test_a_rate_given_on_the_command_line_says_so_and_drops_the_second_column(tmp_path):
+    path = profile_table(tmp_path / "p.json", read_gbps_idle=48.0, write_gbps_idle=40.0)
+    d = json.loads(run(["plan", "--profile", path, "--tokens", "32K", "--ssd-write-gbps", "3", "--json"]).output)
+    assert d["hardware"]["io_source"] == "alone" and d["hardware"]["write_gbps"] == pytest.approx(12.0)
+    assert "crossover_hit_rate_io_beside_gemms" not in d["lengths"][0]

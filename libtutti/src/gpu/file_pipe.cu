@@ -230,12 +230,11 @@ static void layer_finish(struct tt_file_path *fp, struct fp_layer *ly)
 	if (fp->trace) {
 		uint64_t now = fp_ns();
 
-		fprintf(stderr, "fp-trace %.3f %s L%u jobs %u: started %.3f ms after submit, done %.3f ms "
-			"after; threads queued %.3f ms, waited %.3f ms for copies\n",
-			(now - fp->tr_origin) / 1e6, ly->t->write ? "write" : "read", ly->layer, ly->n_jobs,
-			ly->tr_start ? (ly->tr_start - ly->tr_sub) / 1e6 : 0.0, (now - ly->tr_sub) / 1e6,
-			ly->tr_queue / 1e6,
-			ly->tr_wait / 1e6);
+		fprintf(stderr, "fp-trace %.3f %s L%u jobs %u: started %.3f ms after submit, "
+			"done %.3f ms after; threads queued %.3f ms, waited %.3f ms for copies\n",
+			(now - fp->tr_origin) / 1e6, ly->t->write ? "write" : "read", ly->layer,
+			ly->n_jobs, ly->tr_start ? (ly->tr_start - ly->tr_sub) / 1e6 : 0.0,
+			(now - ly->tr_sub) / 1e6, ly->tr_queue / 1e6, ly->tr_wait / 1e6);
 	}
 	{
 		std::lock_guard<std::mutex> lk(fp->mu);
@@ -360,6 +359,21 @@ void tt_file_path_get_stats(struct tt_file_path *fp, struct tt_file_path_stats *
 		fp->be->stats(fp, st, reset);
 }
 
+// A measurement's switch: @name as a count in [1, @max], else @dflt.
+static unsigned env_count(const char *name, unsigned dflt, unsigned max)
+{
+	const char *e = getenv(name);
+	char *end;
+	long v;
+
+	if (!e || !*e)
+		return dflt;
+	v = strtol(e, &end, 10);
+	if (*end || v < 1 || (unsigned long)v > max)
+		return dflt;
+	return (unsigned)v;
+}
+
 static int fp_alloc(struct tt_file_path *fp)
 {
 	const unsigned fl = cudaStreamNonBlocking;
@@ -468,8 +482,8 @@ int fp_open(const struct tt_file_path_params *p, const struct fp_backend *be,
 	fp->trace = getenv("TUTTI_FP_TRACE") != nullptr;
 	fp->tr_origin = fp_ns();
 	fp->write_ahead = std::min(d.depth - 1, FP_MAX_AHEAD);
-	if (const char *e = getenv("TUTTI_FP_WRITE_AHEAD"))	// a measurement's switch
-		fp->write_ahead = std::max(1u, std::min((unsigned)atoi(e), fp->write_ahead));
+	fp->write_ahead = env_count("TUTTI_FP_WRITE_AHEAD", fp->write_ahead, fp->write_ahead);
+	fp->mapped_workers = env_count("TUTTI_FP_MAPPED_WORKERS", FP_MAPPED_WORKERS, d.n_threads);
 	fp->chunk_bytes = d.chunk_bytes;
 	fp->chunk_set = p && p->chunk_bytes;
 	fp->threads_set = p && p->n_threads;

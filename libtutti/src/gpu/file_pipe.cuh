@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include <stdlib.h>
 #include <time.h>
 
 #include <cuda_runtime.h>
@@ -140,6 +139,7 @@ struct tt_file_path {
 	unsigned n_workers;
 	unsigned depth;
 	unsigned write_ahead;		// write_layer: runs ahead of the oldest put
+	unsigned mapped_workers;	// threads of an all-mapped transaction
 	uint32_t chunk_bytes;
 	int chunk_set;			// chunk_bytes given by the caller
 	int threads_set;		// n_threads given by the caller
@@ -175,15 +175,6 @@ static inline uint64_t fp_ns(void)
 static inline void fp_count(uint64_t *ctr, uint64_t v)
 {
 	__atomic_fetch_add(ctr, v, __ATOMIC_RELAXED);
-}
-
-// FP_MAPPED_WORKERS, or TUTTI_FP_MAPPED_WORKERS (a measurement's switch).
-static inline unsigned fp_mapped_workers(void)
-{
-	const char *e = getenv("TUTTI_FP_MAPPED_WORKERS");
-	int n = e ? atoi(e) : 0;
-
-	return n > 0 ? (unsigned)n : FP_MAPPED_WORKERS;
 }
 
 // Waiting threads sleep: a spinning one would take a core from the preads.

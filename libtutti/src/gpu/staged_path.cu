@@ -296,7 +296,7 @@ static uint32_t staged_txn_plan(struct fp_txn *t)
 	}
 	// Every run a DMA: a few threads queue them (file_pipe.cuh).
 	if (mapped && !fp->threads_set)
-		t->workers = std::min(fp->n_workers, fp_mapped_workers());
+		t->workers = std::min(fp->n_workers, fp->mapped_workers);
 	if (t->write)
 		return 0;
 	return buffered && !fp->chunk_set ? ST_BUFFERED_RUN : 0;

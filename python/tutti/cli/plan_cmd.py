@@ -154,7 +154,9 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
                        "tt_store_lookup() counts blocks in an unsigned int)", EXIT_USAGE)
     io = profile.io or {}
     pio = plan_io(io)  # the rate measured alone when the profile has it (docs/scheduler.md)
-    rates_from_profile = ssd_gbps is None and pio is not None
+    # Both rates from the profile, or the second column would mix a given rate with a measured one.
+    rates_from_profile = ssd_gbps is None and ssd_write_gbps is None and pio is not None
+    read_source = "given" if ssd_gbps is not None else pio["source"] if pio else "default"
     if ssd_gbps is None:
         ssd_gbps = pio["read_gbps"] / pio["n_ssd"] if pio else 7.0
     if ssd_write_gbps is None:
@@ -173,7 +175,7 @@ def plan_cmd(model_name, profile_path, ssd_gbps, ssd_write_gbps, n_ssd, pcie_gbp
                     "hardware": {"read_gbps": hw.read_gbps, "write_gbps": hw.write_gbps, "n_ssd": hw.n_ssd,
                                  "pcie_gbps": hw.pcie_gbps, "effective_read_gbps": hw.read_bps / 1e9,
                                  "effective_write_gbps": hw.write_bps / 1e9,
-                                 "io_source": pio["source"] if rates_from_profile else "given",
+                                 "io_source": read_source,
                                  "read_gbps_io_beside_gemms": hw_gemms.read_gbps if hw_gemms else None},
                     "compute": profile.describe(), "prefetch_depth": prefetch_depth, "lengths": lengths})
         return

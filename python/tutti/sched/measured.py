@@ -12,10 +12,15 @@ from .profile import ComputeProfile
 
 def rates(run: dict, source: str) -> Hardware:
     """The run's measured I/O as Hardware: ``source`` "alone" (``*_gbps_idle``) or "gemms" (beside GEMMs)."""
+    if source not in ("alone", "gemms"):
+        raise ValueError(f"source must be 'alone' or 'gemms', got {source!r}")
     io = run["io"]
     sfx = "_idle" if source == "alone" else ""
+    if f"read_gbps{sfx}" not in io:
+        raise ValueError(f"the run measured no I/O rate {'alone' if sfx else 'beside GEMMs'} (io.read_gbps{sfx})")
     n = int(run["profile"]["io"]["n_ssd"])
-    return Hardware(read_gbps=io["read_gbps" + sfx], write_gbps=io["write_gbps" + sfx], n_ssd=n)
+    return Hardware(read_gbps=io["read_gbps" + sfx], write_gbps=io.get("write_gbps" + sfx, io["write_gbps"]),
+                    n_ssd=n)
 
 
 def check(run: dict, source: str = "alone", prefetch_depth: int = 2) -> dict:

@@ -27,8 +27,9 @@ stops paying.
 
 A profile table (``tutti-admin profile``, the connector's ``profile`` key) gives the planner a start:
 until the workers have reported enough loads (or prefill steps), the store's read rate is the table's
-``io.read_gbps`` and a request's compute is the table's fitted layer time for its own length, so the
-first requests of a slow store are cut from the start instead of after a few slow ones.  Measured
+(``plan_io``: the rate measured alone when it has one) and a request's compute is the table's fitted
+layer time for its own length, so the first requests of a slow store are cut from the start instead of
+after a few slow ones.  Measured
 rates replace each prior as soon as there are MIN_SAMPLES of them (the table was measured elsewhere,
 or another day: what this server sees wins).
 """

@@ -137,9 +137,10 @@ def plan_io(io: dict | None) -> dict | None:
     rate the table lacks is None), or None when it has no rate at all."""
     def num(k):
         v = io.get(k)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
+        return float(v) if ok else None
 
-    if not io:
+    if not isinstance(io, dict) or not io:
         return None
     n_ssd = io.get("n_ssd")
     n = n_ssd if isinstance(n_ssd, int) and not isinstance(n_ssd, bool) and n_ssd > 0 else 1
@@ -253,13 +254,14 @@ class ComputeProfile:
                 raise ProfileError(f"{where}: 'io' must be an object")
             for k in ("read_gbps", "write_gbps"):
                 v = _need(io, k, (int, float), f"{where}: io")
-                if not v > 0:
-                    raise ProfileError(f"{where}: io: {k!r} must be a number > 0, got {v!r}")
+                if not (v > 0 and math.isfinite(v)):
+                    raise ProfileError(f"{where}: io: {k!r} must be a finite number > 0, got {v!r}")
             _need(io, "n_ssd", int, f"{where}: io", 1)
             for k in ("read_gbps_idle", "write_gbps_idle"):
                 v = io.get(k)
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
-                    raise ProfileError(f"{where}: io: {k!r} must be a number > 0, got {v!r}")
+                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                      or not (v > 0 and math.isfinite(v))):
+                    raise ProfileError(f"{where}: io: {k!r} must be a finite number > 0, got {v!r}")
         try:
             return cls(shape, points, device=device, date=date, model=dict(model), io=io)
         except ProfileError as e:

@@ -44,7 +44,8 @@ def slack_fit_for(path) -> bool:
     earlier rule let 1-4 GiB go at once (a hit then waited up to 0.5 s for them).  ``gio`` keeps the
     earlier rule: with the emulated controller its writes complete within the next step, so the fit
     only grows the drain to the pending bound, and the emulator's data moves on the SMs then cost the
-    decode steps more (1.43x vs 1.2x at 8K) -- to be measured again on a real controller."""
+    decode steps more (1.43x vs 1.2x at 8K) -- to be measured again on a real controller.  ``gds`` runs
+    the same pipeline as ``staged`` (file_pipe) and gets the fit with it, unmeasured itself."""
     return path != "gio"
 
 
