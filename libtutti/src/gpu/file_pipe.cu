@@ -142,6 +142,17 @@ static void put_job(struct tt_file_path *fp, struct fp_worker *w, struct fp_laye
 		job_fail(ly, j, ret);
 }
 
+// Put the @k oldest of a writing thread's @n runs in flight, in order.
+static void put_oldest(struct tt_file_path *fp, struct fp_worker *w, struct fp_layer *ly,
+		       struct fp_chunk **pc, const struct fp_job **pj, unsigned *n, unsigned k)
+{
+	for (unsigned q = 0; q < k; q++)
+		put_job(fp, w, ly, pc[q], pj[q]);
+	std::copy(pc + k, pc + *n, pc);
+	std::copy(pj + k, pj + *n, pj);
+	*n -= k;
+}
+
 // Runs gathered and copied out ahead of the oldest one's put (up to
 // write_ahead beyond it, with the chunks that leaves free). Mapped members'
 // puts are no-ops, so the runs stay queued back to back on the GPU; with one
@@ -163,11 +174,7 @@ static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_
 		// A chunk is reused only once its last run is put (puts go in order).
 		for (unsigned k = 0; k < n; k++)
 			if (pc[k] == c) {
-				for (unsigned q = 0; q <= k; q++)
-					put_job(fp, w, ly, pc[q], pj[q]);
-				std::copy(pc + k + 1, pc + n, pc);
-				std::copy(pj + k + 1, pj + n, pj);
-				n -= k + 1;
+				put_oldest(fp, w, ly, pc, pj, &n, k + 1);
 				break;
 			}
 		t0 = fp_ns();
@@ -185,15 +192,10 @@ static void write_layer(struct tt_file_path *fp, struct fp_worker *w, struct fp_
 		}
 		pc[n] = c;
 		pj[n++] = j;
-		if (n > fp->write_ahead) {
-			put_job(fp, w, ly, pc[0], pj[0]);
-			std::copy(pc + 1, pc + n, pc);
-			std::copy(pj + 1, pj + n, pj);
-			n--;
-		}
+		if (n > fp->write_ahead)
+			put_oldest(fp, w, ly, pc, pj, &n, 1);
 	}
-	for (unsigned k = 0; k < n; k++)
-		put_job(fp, w, ly, pc[k], pj[k]);
+	put_oldest(fp, w, ly, pc, pj, &n, n);
 }
 
 int fp_layer_sum(struct fp_layer *ly)

@@ -124,6 +124,12 @@ def _need(d: dict, key: str, kind, where: str, minimum: int | None = None):
     return v
 
 
+def _rate(v) -> float | None:
+    """``v`` as a rate in GB/s: a finite number > 0, else None."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
+    return float(v) if ok else None
+
+
 def plan_io(io: dict | None) -> dict | None:
     """The I/O rates (GB/s) the model plans with, from a profile table's ``io``: the rates measured
     with the I/O alone when the table has them, else the ones measured beside GEMMs.
@@ -135,13 +141,12 @@ def plan_io(io: dict | None) -> dict | None:
     attention and MLP do not slow them as back-to-back tensor-core GEMMs do).  ``docs/scheduler.md``.
     Returns ``{"read_gbps", "write_gbps", "n_ssd", "source"}`` (source: "alone" or "beside GEMMs"; a
     rate the table lacks is None), or None when it has no rate at all."""
-    def num(k):
-        v = io.get(k)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
-        return float(v) if ok else None
-
     if not isinstance(io, dict) or not io:
         return None
+
+    def num(k):
+        return _rate(io.get(k))
+
     n_ssd = io.get("n_ssd")
     n = n_ssd if isinstance(n_ssd, int) and not isinstance(n_ssd, bool) and n_ssd > 0 else 1
     if num("read_gbps_idle"):
@@ -253,15 +258,11 @@ class ComputeProfile:
             if not isinstance(io, dict):
                 raise ProfileError(f"{where}: 'io' must be an object")
             for k in ("read_gbps", "write_gbps"):
-                v = _need(io, k, (int, float), f"{where}: io")
-                if not (v > 0 and math.isfinite(v)):
-                    raise ProfileError(f"{where}: io: {k!r} must be a finite number > 0, got {v!r}")
+                _need(io, k, (int, float), f"{where}: io")
             _need(io, "n_ssd", int, f"{where}: io", 1)
-            for k in ("read_gbps_idle", "write_gbps_idle"):
-                v = io.get(k)
-                if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                      or not (v > 0 and math.isfinite(v))):
-                    raise ProfileError(f"{where}: io: {k!r} must be a finite number > 0, got {v!r}")
+            for k in ("read_gbps", "write_gbps", "read_gbps_idle", "write_gbps_idle"):  # the last two optional
+                if io.get(k) is not None and _rate(io[k]) is None:
+                    raise ProfileError(f"{where}: io: {k!r} must be a finite number > 0, got {io[k]!r}")
         try:
             return cls(shape, points, device=device, date=date, model=dict(model), io=io)
         except ProfileError as e:

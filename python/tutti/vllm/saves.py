@@ -127,16 +127,14 @@ class SavesMixin:
         self._max_pending = self.cfg.max_pending_bytes or max(auto, bb)
         if self.cfg.drain_bytes_per_step is None:
             from ..sched.profile import plan_io
-            from .drain import DrainBudget
+            from .drain import GPU_STEP_CEILING, DrainBudget, slack_fit_for
             pi = plan_io(getattr(self.cfg.profile, "io", None))
             wbps = pi["write_gbps"] * 1e9 if pi and pi["write_gbps"] else 0.0
             ceiling = self._max_pending
             if getattr(self.io, "on_gpu", False):  # the drain's work runs beside the next steps' kernels
-                from .drain import GPU_STEP_CEILING
                 ceiling = min(ceiling, GPU_STEP_CEILING)
             self._drain_budget = DrainBudget(floor=bb // max(self.layout.n_layers, 1), ceiling=ceiling,
                                              write_bps=wbps or None)
-            from .drain import slack_fit_for
             self._drain_budget.slack_fit = slack_fit_for(getattr(self.io, "path", None))
 
     def _layer_bytes(self, sv):
