@@ -192,7 +192,8 @@ def test_report_is_computed_from_the_runs(tmp_path):
     lay_bytes = res["layout"]["chunks"] * res["layout"]["chunk_bytes"]
     assert lay_bytes == res["workload"]["bytes"] == TOKENS * 2 * 2 * 2048 // 16
     assert len(res["runs"]) == 3
-    engines = {"tutti", "tutti_all_layers", "tutti_unverified", "raw_block", "local_disk", "local_disk_odirect"}
+    engines = {"tutti", "tutti_one_thread", "tutti_all_layers", "tutti_unverified", "raw_block", "local_disk",
+               "local_disk_odirect"}
     assert set(res["median"]) == engines and "fio" not in res["median"]  # fio off: no row, no ratio
     for run in res["runs"]:
         assert set(run) - {"order"} == engines
@@ -213,8 +214,12 @@ def test_report_is_computed_from_the_runs(tmp_path):
     assert res["ratios"]["tutti/best_lmcache_retrieve"] == pytest.approx(want)
     assert res["met"]["tutti/best_lmcache_retrieve"] == (want >= lc.TARGET)
     assert res["engines"]["tutti"]["verifies"].startswith("XXH3")
-    assert res["engines"]["tutti_all_layers"]["verifies"].startswith("XXH3")
-    assert all(res["engines"][n]["verifies"].startswith("nothing") for n in engines - {"tutti", "tutti_all_layers"})
+    verifying = {"tutti", "tutti_one_thread", "tutti_all_layers"}
+    assert all(res["engines"][n]["verifies"].startswith("XXH3") for n in verifying)
+    assert all(res["engines"][n]["verifies"].startswith("nothing") for n in engines - verifying)
+    one = statistics.median(r["tutti"]["retrieve"]["gbps"] / r["tutti_one_thread"]["retrieve"]["gbps"]
+                            for r in res["runs"])
+    assert res["ratios"]["tutti/tutti_one_thread_retrieve"] == pytest.approx(one)
     assert not os.listdir(tmp_path)  # every file of the comparison removed
     md = lr.markdown_section([res], "tutti-admin bench --compare lmcache")
     assert md.startswith(f"## {lc.COMPARE_TITLE}\n") and "| disk | 512 |" in md

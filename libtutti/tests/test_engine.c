@@ -4,11 +4,15 @@
  * into one request (also when their memory is scattered), respect the
  * request size limit, report errors per io (also inside one merged request:
  * each io is moved again on its own), and batches larger than the ring still
- * complete.
+ * complete.  Reads the CPU copies (a buffered or tmpfs member) run on
+ * io_uring's workers, and inline again when no worker can be started.
  */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tutti/tutti.h"
@@ -18,7 +22,8 @@
 
 static void run(const char *name, int fd)
 {
-	struct tt_engine_params ep = { .queue_depth = 8, .max_req_bytes = 16 * OBJ };
+	struct tt_engine_params ep = { .queue_depth = 8, .max_req_bytes = 16 * OBJ,
+				       .copy_threads = 4 };
 	enum { N = 200 };
 	struct tt_io ios[N];
 	struct tt_batch b = { .ios = ios, .n = N };
@@ -90,10 +95,67 @@ static void run(const char *name, int fd)
 	free(dst);
 }
 
+/*
+ * In a process that may start no thread (RLIMIT_NPROC; root first becomes
+ * nobody, whose rights the limit binds), io_uring cancels async work: the
+ * engine must read inline instead of failing the reads.  Exit status: 0
+ * read and exact, 1 bytes differ, 2 a read failed, 3 could not set up.
+ */
+static int read_without_threads(const char *path)
+{
+	struct tt_engine_params ep = { .queue_depth = 8, .copy_threads = 4 };
+	struct rlimit one = { 1, 1 };
+	enum { N = 64 };
+	struct tt_io ios[N];
+	struct tt_batch b = { .ios = ios, .n = N };
+	struct tt_engine *e;
+	uint8_t *dst = malloc((size_t)N * OBJ);
+	int fd, ret;
+
+	if (!dst || (geteuid() == 0 && (setgid(65534) || setuid(65534))) ||
+	    setrlimit(RLIMIT_NPROC, &one))
+		return 3;
+	fd = open(path, O_RDONLY);	/* buffered: the CPU copies */
+	if (fd < 0 || tt_engine_open("uring", &fd, 1, &ep, &e))
+		return 3;
+	for (unsigned i = 0; i < N; i++)
+		ios[i] = (struct tt_io){ .buf = dst + (size_t)i * OBJ, .off = (uint64_t)i * OBJ,
+					 .len = OBJ, .op = TT_OP_READ };
+	tt_engine_submit(e, &b);
+	ret = tt_engine_wait(e, &b);
+	tt_engine_close(e);
+	if (ret)
+		return 2;
+	for (unsigned i = 0; i < (unsigned)N * OBJ; i++)
+		if (dst[i] != (uint8_t)(i * 31 + i / OBJ))
+			return 1;
+	return 0;
+}
+
+static void check_without_threads(const char *path)
+{
+	int st = -1;
+	pid_t pid;
+
+	chmod(path, 0644);
+	pid = fork();
+	if (pid == 0)
+		_exit(read_without_threads(path));
+	waitpid(pid, &st, 0);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 3) {
+		tap_skip("no thread allowed: could not drop to an unprivileged user");
+		return;
+	}
+	tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "[uring] no io_uring worker can be started: async reads done inline, exact (status %d)",
+	       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 int main(void)
 {
 	char path[] = "/tmp/tutti-engine-XXXXXX";
-	int fd = mkstemp(path), dfd;
+	char shm[] = "/dev/shm/tutti-engine-XXXXXX";
+	int fd = mkstemp(path), dfd, sfd;
 	struct tt_engine *e;
 
 	if (fd < 0)
@@ -103,6 +165,14 @@ int main(void)
 		dfd = fd;	/* filesystem without O_DIRECT */
 	run("uring", dfd);
 	run("psync", dfd);
+	run("uring", fd);	/* buffered: reads on io_uring's workers */
+	check_without_threads(path);
+	sfd = mkstemp(shm);	/* tmpfs: reads on io_uring's workers */
+	if (sfd >= 0) {
+		run("uring", sfd);
+		close(sfd);
+		unlink(shm);
+	}
 	tap_eq(tt_engine_open("nosuch", &dfd, 1, NULL, &e), (unsigned long long)-EINVAL,
 	       "unknown engine: %s", tt_errmsg());
 	tap_eq(tt_engine_open("auto", &dfd, 0, NULL, &e), (unsigned long long)-EINVAL,

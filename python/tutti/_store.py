@@ -209,11 +209,14 @@ class Store:
 
     @classmethod
     def open(cls, paths, *, expect=None, readonly=False, verify=True, engine="auto", shared=False,
-             queue_depth=0) -> "Store":
+             queue_depth=0, cpu_threads=0) -> "Store":
         """Open a formatted store (members in any order).
 
         ``expect``: refuse (FingerprintMismatch) a store of another model.  ``verify=False`` skips read
-        checksums (unsafe); ``shared`` takes no exclusive lock, for several cooperating processes.  A store
+        checksums (unsafe); ``shared`` takes no exclusive lock, for several cooperating processes.
+        ``cpu_threads``: threads for the work the CPU does when it moves the data itself (members in the
+        page cache or on tmpfs: io_uring's copies; every path: each layer's checksums); 0 = the online CPUs,
+        at most 8; 1 = the calling thread only.  A store
         of another format version, or with incompatible features this tutti does not know, is refused
         (errno EOPNOTSUPP); one with unknown read-only-compatible features opens only with
         ``readonly=True`` (else EROFS).
@@ -223,6 +226,7 @@ class Store:
         if not isinstance(engine, str):
             raise TypeError(f"engine must be a str (auto, uring, psync, kqueue), not {type(engine).__name__}")
         queue_depth = c_count(queue_depth, "queue_depth", (1 << 32) - 1)
+        cpu_threads = c_count(cpu_threads, "cpu_threads", 1024)
         paths, cpaths, keep = _member_paths(ffi, paths)
         p = ffi.new("struct tt_open_params *")
         p.flags = ((lib.TT_OPEN_RDONLY if readonly else 0)
@@ -236,6 +240,8 @@ class Store:
         engine_c = ffi.new("char[]", engine.encode())
         p.engine = engine_c
         p.engine_params.queue_depth = queue_depth
+        p.engine_params.copy_threads = cpu_threads
+        p.cpu_threads = cpu_threads
         out = ffi.new("struct tt_store **")
         b.check(lib.tt_store_open(cpaths, len(paths), p, out), "open " + ", ".join(paths))
         del keep, fp, engine_c  # borrowed by p until here

@@ -63,6 +63,12 @@ struct tt_engine_params {
 	uint32_t queue_depth;	/* ring entries; 0 = default (256) */
 	uint32_t max_req_bytes;	/* largest merged request; 0 = 4 MiB */
 	uint32_t min_reqs;	/* split a batch into at least this many; 0 = 64 */
+	/*
+	 * Reads the CPU copies (members in the page cache or tmpfs) run on
+	 * up to this many kernel threads instead of the submitting one
+	 * (io_uring); 0: the online CPUs, at most 8; 1: inline.
+	 */
+	uint32_t copy_threads;
 };
 
 struct tt_engine_stats {

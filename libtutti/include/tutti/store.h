@@ -80,6 +80,12 @@ struct tt_open_params {
 	const struct tt_fingerprint *expect;	/* NULL: accept any model */
 	const char *engine;			/* NULL: "auto" */
 	struct tt_engine_params engine_params;
+	/*
+	 * Threads for the checksums of data the CPU moves (each layer's
+	 * objects on read and write); 0: the online CPUs, at most 8;
+	 * 1: the caller's thread only.
+	 */
+	uint32_t cpu_threads;
 };
 
 struct tt_store_stats {

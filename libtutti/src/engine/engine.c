@@ -9,6 +9,7 @@
 #include "tutti/error.h"
 #include "engine_impl.h"
 #include "../support/util.h"
+#include "../support/workers.h"
 
 /* Engines made known at run time (a wrapper engine, a test's), after the table's. */
 static const struct tt_engine_ops *added[TT_ENGINE_MAX_ADDED];
@@ -132,6 +133,8 @@ int tt_engine_open_plain(const char *name, const int *fds, unsigned n,
 		e->p.min_reqs = TT_ENGINE_DEFAULT_MIN_REQS;
 	if (e->p.queue_depth > 32768)
 		e->p.queue_depth = 32768;
+	if (!e->p.copy_threads)
+		e->p.copy_threads = tt_workers_auto();
 
 	ret = auto_pick ? init_auto(e, fds, n) : init_engine(e, ops);
 	if (ret) {

@@ -3,10 +3,17 @@
  * io_uring engine: a batch becomes one io_uring_enter when it fits the ring.
  * Members are registered files; requests whose memory is one registered
  * area use READ_FIXED/WRITE_FIXED, scattered memory uses READV/WRITEV.
+ *
+ * A read the CPU copies (a member in the page cache or tmpfs) would be
+ * copied inline by the submitting thread, one core for the whole batch;
+ * such reads go to io_uring's workers (IOSQE_ASYNC), a bounded number.
  */
+#include <fcntl.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 
 #include "tutti/error.h"
 #include "engine_impl.h"
@@ -18,6 +25,7 @@ struct uring_req {
 	struct tt_req r;
 	struct iovec iov[TT_ENGINE_MAX_IOV];
 	struct uring_req *next_free;
+	int async;
 };
 
 struct uring {
@@ -28,7 +36,39 @@ struct uring {
 	struct iovec areas[TT_URING_MAX_AREAS];
 	unsigned n_areas;
 	int registered;
+	int async;				/* reads of cpu_copy members go async */
+	uint8_t cpu_copy[TT_MAX_ENGINE_MEMBERS];
 };
+
+/* Reads of @fd are memory copies by the CPU: no O_DIRECT, or a RAM filesystem. */
+static int cpu_copies(int fd)
+{
+	struct statfs sf;
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl >= 0 && !(fl & O_DIRECT))
+		return 1;
+	if (fstatfs(fd, &sf))
+		return 0;
+	return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC;
+}
+
+/* Workers for the CPU's copies: none (inline), or at most @want of them. */
+static void uring_async_init(struct tt_engine *e, struct uring *u)
+{
+	unsigned want = e->p.copy_threads, any = 0;
+	unsigned max[2];
+
+	for (unsigned i = 0; i < e->n_members; i++) {
+		u->cpu_copy[i] = (uint8_t)cpu_copies(e->fds[i]);
+		any |= u->cpu_copy[i];
+	}
+	if (!any || want == 1)
+		return;
+	max[0] = want;	/* bounded: regular-file work */
+	max[1] = 0;	/* unbounded: unchanged */
+	u->async = io_uring_register_iowq_max_workers(&u->ring, max) == 0;
+}
 
 static int uring_init(struct tt_engine *e)
 {
@@ -60,6 +100,7 @@ static int uring_init(struct tt_engine *e)
 		u->reqs[i].next_free = u->free;
 		u->free = &u->reqs[i];
 	}
+	uring_async_init(e, u);
 	e->priv = u;
 	return 0;
 }
@@ -80,7 +121,14 @@ static void uring_finish_req(struct tt_engine *e, struct uring_req *q, int res)
 	struct uring *u = e->priv;
 	struct tt_batch *b = q->r.b;
 
-	if (res >= 0 && (uint64_t)res < q->r.bytes)
+	/*
+	 * No worker could be started (RLIMIT_NPROC): the kernel cancels the
+	 * work.  Do it here, and inline from now on.
+	 */
+	if (q->async && res == -ECANCELED) {
+		u->async = 0;
+		res = tt_req_sync(e, &q->r, 0);
+	} else if (res >= 0 && (uint64_t)res < q->r.bytes)
 		res = tt_req_sync(e, &q->r, (uint64_t)res);	/* short: finish it */
 	else if (res > 0)
 		res = 0;
@@ -144,6 +192,9 @@ static void uring_prep(struct tt_engine *e, struct uring_req *q,
 	else
 		io_uring_prep_writev(sqe, q->r.member, q->iov, niov, q->r.off);
 	sqe->flags |= IOSQE_FIXED_FILE;
+	q->async = rd && u->async && u->cpu_copy[q->r.member];
+	if (q->async)
+		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, q);
 }
 

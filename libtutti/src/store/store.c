@@ -298,6 +298,7 @@ int tt_store_open(const char *const *paths, unsigned n,
 	}
 	s->flags = p.flags;
 	s->mem_align = 1;
+	s->cpu_threads = p.cpu_threads ? p.cpu_threads : tt_workers_auto();
 	ret = assemble(s, m, n, x);
 	if (!ret)
 		ret = tt_written_init(s, x);
@@ -339,6 +340,7 @@ void tt_store_close(struct tt_store *s)
 	}
 	tt_slots_free(&s->slots);
 	tt_engine_close(s->eng);
+	tt_workers_stop(s->cpu);
 	close_members(s->members, s->n_members, 0);
 	free(s);
 }

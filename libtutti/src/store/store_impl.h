@@ -8,6 +8,7 @@
 #include "tutti/devpath.h"
 #include "tutti/store.h"
 #include "../support/member.h"
+#include "../support/workers.h"
 
 /* In-memory slot states; the disk only knows EMPTY and COMMITTED. */
 enum tt_slot_state {
@@ -55,6 +56,8 @@ struct tt_store {
 	const struct tt_devpath_ops *dp_ops;	/* data path for device memory */
 	void *dp_ctx;
 	struct tt_store_stats st;
+	unsigned cpu_threads;		/* checksum threads wanted (>= 1) */
+	struct tt_workers *cpu;		/* started at the first large layer */
 	struct tt_written wr;		/* bytes written (written.c) */
 	uint8_t wr_unsaved[TT_MAX_MEMBERS];	/* restarted: since_ns not in copy B yet */
 };

@@ -290,12 +290,66 @@ static int cmp_io(const void *x, const void *y)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
+/* One layer's objects hashed (and, on read, copied out of a bounce buffer). */
+struct layer_sums {
+	struct tt_txn *t;
+	const struct tt_io *ios;
+	char **dst;
+	uint32_t layer;
+	int read;
+};
+
+static void layer_sum_one(void *arg, unsigned j)
+{
+	const struct layer_sums *ls = arg;
+	struct tt_txn *t = ls->t;
+	const struct tt_geometry *g = &t->s->geo;
+	const struct tt_io *io = &ls->ios[j];
+	unsigned i = io->tag / g->n_spans, k = io->tag % g->n_spans;
+	uint32_t m = tt_obj_index(g, ls->layer, k);
+	char *mp = ls->dst[io->tag];
+
+	if (ls->read) {
+		if (txn_io_error(io))
+			return;	/* its bytes are not the block's: never copied, never hashed */
+		if (io->buf != mp)
+			memcpy(mp, io->buf, g->span_bytes);
+		if ((t->s->flags & TT_OPEN_NO_VERIFY) && !t->keep_bad)
+			return;
+	}
+	t->sums[(size_t)i * tt_objs_per_slot(g) + m] = tt_sum_object(mp, g->span_bytes, m);
+}
+
+/*
+ * Hashing, not the copies, limits a store the CPU reads or writes through
+ * the page cache: large layers are spread over the store's threads.
+ */
+#define TXN_PARALLEL_BYTES	(1u << 20)
+
+static void layer_sums(struct tt_txn *t, uint32_t layer, const struct tt_io *ios,
+		       unsigned n_io, char **dst, int read)
+{
+	struct tt_store *s = t->s;
+	struct layer_sums ls = { t, ios, dst, layer, read };
+
+	if (s->cpu_threads > 1 && !s->cpu &&
+	    (uint64_t)n_io * s->geo.span_bytes >= TXN_PARALLEL_BYTES) {
+		s->cpu = tt_workers_start(s->cpu_threads);
+		if (!s->cpu)
+			s->cpu_threads = 1;	/* no thread to be had: stop asking */
+	}
+	if ((uint64_t)n_io * s->geo.span_bytes < TXN_PARALLEL_BYTES)
+		tt_workers_for(NULL, n_io, layer_sum_one, &ls);
+	else
+		tt_workers_for(s->cpu, n_io, layer_sum_one, &ls);
+}
+
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		 const uint32_t *block_ids)
 {
 	struct tt_store *s = t->s;
 	const struct tt_geometry *g = &s->geo;
-	uint32_t S = g->n_spans, R = tt_objs_per_slot(g);
+	uint32_t S = g->n_spans;
 	unsigned n_io = 0, bounce = 0;
 	struct tt_io *ios;
 	char **dst;
@@ -369,12 +423,8 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	if (!ret)
 		tt_written_add_ios(s, ios, n_io, 0);	/* handed to the device */
 	/* Hash what is being written while the device moves it (both only read). */
-	for (unsigned j = 0; t->write && j < n_io; j++) {
-		unsigned i = ios[j].tag / S, k = ios[j].tag % S;
-		uint32_t m = tt_obj_index(g, layer, k);
-
-		t->sums[(size_t)i * R + m] = tt_sum_object(dst[ios[j].tag], g->span_bytes, m);
-	}
+	if (t->write)
+		layer_sums(t, layer, ios, n_io, dst, 0);
 	if (ret) {
 		char why[256];
 
@@ -396,7 +446,7 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 {
 	struct tt_store *s = t->s;
 	const struct tt_geometry *g = &s->geo;
-	uint32_t S = g->n_spans, R = tt_objs_per_slot(g);
+	uint32_t S = g->n_spans;
 	struct tt_batch *b;
 	int ret;
 
@@ -415,24 +465,15 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 	t->layer_state[layer] = LAYER_DONE;
 	for (uint32_t j = 0; j < b->n; j++) {
 		const struct tt_io *io = &b->ios[j];
-		unsigned i = io->tag / S, k = io->tag % S;
-		uint32_t m = tt_obj_index(g, layer, k);
-		char *mp = t->dst[layer][io->tag];
 
 		if (txn_io_error(io)) {
-			/* Its bytes are not the block's: never copied, never hashed. */
-			txn_fail_block(t, i, txn_io_error(io));
+			txn_fail_block(t, io->tag / S, txn_io_error(io));
 			if (!ret)
 				ret = txn_io_error(io);
-			continue;
 		}
-		if (t->write)
-			continue;
-		if (io->buf != mp)
-			memcpy(mp, io->buf, g->span_bytes);
-		if (!(s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad)
-			t->sums[(size_t)i * R + m] = tt_sum_object(mp, g->span_bytes, m);
 	}
+	if (!t->write)
+		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1);
 	if (ret) {
 		t->layer_ret[layer] = ret;
 		tt_seterr(ret, "I/O error in layer %u: %s", layer, strerror(-ret));

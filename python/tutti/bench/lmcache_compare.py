@@ -81,6 +81,9 @@ FIO_SETTINGS = ("sequential read, O_DIRECT, io_uring, the fastest of bs/iodepth 
 ENGINES = {  # name -> (label, what its read checks, how it moves the bytes)
     "tutti": ("Tutti, layer-wise", "XXH3 of every object (default)",
               "io_uring, O_DIRECT, into a paged buffer at shuffled block ids"),
+    "tutti_one_thread": ("Tutti, layer-wise, one CPU thread", "XXH3 of every object (default)",
+                         "the same read with cpu_threads=1: copies (page cache, tmpfs) and checksums on the "
+                         "calling thread, as before 2026-12-04"),
     "tutti_all_layers": ("Tutti, all layers submitted at once", "XXH3 of every object (default)",
                          "the same read with every layer in flight before the first wait"),
     "tutti_unverified": ("Tutti, layer-wise, checksums off", "nothing (verify=False)",
@@ -289,6 +292,8 @@ def summarize(runs: list[dict], res: dict) -> dict:
     ratios: dict[str, Any] = {
         "tutti/best_lmcache_retrieve": paired("tutti", best, "retrieve"),
         "tutti_unverified/best_lmcache_retrieve": paired("tutti_unverified", best, "retrieve"),
+        "tutti/tutti_one_thread_retrieve": paired("tutti", "tutti_one_thread" if "tutti_one_thread" in med else None,
+                                                  "retrieve"),
         "tutti/best_lmcache_store_durable": paired("tutti", best_store, "store_durable"),
         "tutti/best_lmcache_store_own": paired("tutti", best_store, "store", "store"),
         "vs_fio": {n: paired(n, "fio", "retrieve") for n in names if n != "fio" and "fio" in med},

@@ -110,7 +110,7 @@ def retrieve_all_layers(store: Any, dst: PagedBuffer, geo: Geometry, slots: Sequ
 
 
 class TuttiEngine:
-    names = ("tutti", "tutti_all_layers", "tutti_unverified", "fio")
+    names = ("tutti", "tutti_one_thread", "tutti_all_layers", "tutti_unverified", "fio")
 
     def __init__(self, ctx: RunContext, path: str, fio_version: str | None):
         self.ctx, self.path = ctx, path
@@ -162,6 +162,14 @@ class TuttiEngine:
             al = retrieve_all_layers(store, self.dst_pb, geo, slots, self.dst_ids)
             verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, all layers")
             out["tutti_all_layers"] = {"retrieve": rate_of(nbytes, al["seconds"], al["cpu_seconds"])}
+        # The calling thread alone (cpu_threads=1): what the CPU's threads above are worth.
+        with Store.open([self.path], engine=ctx.cfg.engine, cpu_threads=1) as store:
+            self.dst_pb.register(store)
+            ctx.before_read(0x69 ^ r)
+            one = retrieve_pass(store, self.dst_pb, geo, slots, self.dst_ids)
+            verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, one thread")
+            out["tutti_one_thread"] = {"retrieve": rate_of(nbytes, one["seconds"],
+                                                         one["cpu_us_per_layer"] * geo.n_layers / 1e6)}
         with Store.open([self.path], engine=ctx.cfg.engine, verify=False) as store:
             self.dst_pb.register(store)
             ctx.before_read(0x3C ^ r)

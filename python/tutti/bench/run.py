@@ -51,6 +51,7 @@ class BenchConfig:
     engine: str = "auto"
     seed: int = 1
     force: bool = False
+    cpu_threads: int = 0  # Store.open's: 0 = auto
     command: str = ""
 
 
@@ -171,7 +172,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
             prefill(paths, geo, region)
             prefilled = True
         run: dict = {}
-        with Store.open(paths, engine=cfg.engine) as store:
+        with Store.open(paths, engine=cfg.engine, cpu_threads=cfg.cpu_threads) as store:
             engine_name = store.engine
             if store.geometry != geo:
                 raise BenchError(f"formatted geometry {store.geometry} differs from the plan {geo}", 1)
@@ -223,7 +224,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
                     sweep_rows[n].append(row)
                 verify(src, dst, geo, mem_ids, "sweep retrieve")
         # The same retrieve without checksum verification: how much CPU is hashing.
-        with Store.open(paths, engine=cfg.engine, verify=False) as store:
+        with Store.open(paths, engine=cfg.engine, verify=False, cpu_threads=cfg.cpu_threads) as store:
             poison(dst, geo, mem_ids, 0x3C ^ r)
             dropped = drop_page_cache() or dropped
             nv = retrieve_pass(store, dst, geo, slots, mem_ids)

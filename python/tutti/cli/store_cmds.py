@@ -273,6 +273,9 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
 @click.option("--engine", type=Choice(["auto", "uring", "psync"]), default="auto", show_default=True,
               help="I/O engine")
 @click.option("--no-fio", is_flag=True, help="skip the fio baselines")
+@click.option("--cpu-threads", type=Whole(0, 1024), default=0, show_default=True,
+              help="threads for the CPU's copies (page cache, tmpfs) and checksums; 0: the online CPUs, at most "
+                   "8; 1: the calling thread")
 @click.option("--force", is_flag=True, help="allow formatting a block device or a file that holds other data")
 @click.option("--output", type=OutputFile(), help="markdown file to write the results section into")
 @click.option("--section", type=Text(), default=None,
@@ -285,7 +288,7 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
                    "RawBlockCore too")
 @_json_opt
 def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block_size, dtype, sweep, engine,
-              no_fio, force, output, section, seed, compare, lmcache_python, as_json):
+              no_fio, cpu_threads, force, output, section, seed, compare, lmcache_python, as_json):
     """Measure layer-wise store and retrieve against fio and a naive per-object reader.
 
     Formats a store on PATH... (a benchmark store; anything else needs
@@ -307,6 +310,9 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     if lmcache_python and not compare:
         raise CliError("bench: --lmcache-python needs --compare lmcache", EXIT_USAGE)
     if compare:
+        if cpu_threads:
+            raise CliError("bench: --cpu-threads does not apply to --compare lmcache (it measures Tutti both "
+                           "ways)", EXIT_USAGE)
         if len(members) != 1:
             raise CliError("bench: --compare lmcache takes one PATH (Tutti's store file; LMCache's files go "
                            "beside it)", EXIT_USAGE)
@@ -334,7 +340,7 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
         return
     cfg = bench.BenchConfig(paths=members, prefix_tokens=prefix_tokens, runs=runs, size=size, fp=fp,
                             fio=not no_fio, sweep=sweep_counts, engine=engine, seed=seed, force=force,
-                            command=command)
+                            cpu_threads=cpu_threads, command=command)
     res = _run_bench(bench.run_bench, cfg, log)
     if output:
         bench.write_markdown(output, res, section or bench.SECTION_TITLE)

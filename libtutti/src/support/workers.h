@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A few threads that share the caller's loops over independent items (the
+ * checksums of a layer's objects).  Not installed.
+ */
+#ifndef TT_SUPPORT_WORKERS_H
+#define TT_SUPPORT_WORKERS_H
+
+#define TT_WORKERS_MAX	16u
+
+struct tt_workers;
+
+/*
+ * tt_workers_start() - @n threads in all, the caller counted: n - 1 are
+ * started.  Return: NULL when @n < 2 or no thread could be started (then
+ * tt_workers_for() runs every loop on the caller's thread).
+ */
+struct tt_workers *tt_workers_start(unsigned n);
+
+void tt_workers_stop(struct tt_workers *w);
+
+/*
+ * tt_workers_for() - call fn(arg, i) for every i < @n, spread over the
+ * threads, the caller's among them; returns when every call has.  One loop
+ * at a time: a caller finding the threads busy runs its loop alone.
+ */
+void tt_workers_for(struct tt_workers *w, unsigned n,
+		    void (*fn)(void *arg, unsigned i), void *arg);
+
+/* Threads a store uses when asked for 0 ("auto"): the online CPUs, at most 8. */
+unsigned tt_workers_auto(void);
+
+#endif
