@@ -275,6 +275,7 @@ OPTIONS = {  # parameter name -> the catalogue of its bad values (the kind of va
                            library=("8", str(10**15))),  # less than a block; more than memory holds
     "runs": whole(1, lambda: 100),
     "repeats": whole(1, lambda: 100),
+    "cpu_threads": whole(0, lambda: 1024),
     "sweep": words_list("x,1"),
     "engine": choice("kqueue", "AUTO"),
     "output": output_file, "out": output_file,

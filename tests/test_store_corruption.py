@@ -145,3 +145,55 @@ def test_damaged_record_is_reported_and_repaired(make_store, tiny_fp, flip_byte,
         res = s.check()
         assert (res["bad"], res["bad_records"]) == (0, 0)
         assert s.info()["n_free"] == 13
+
+
+@pytest.mark.parametrize("where", ["tmp", "shm"])
+@pytest.mark.parametrize("cpu_threads", [1, 4])
+def test_checksums_on_several_threads(make_store, tmp_path, llama_fp, flip_byte, rng, where, cpu_threads):
+    """Layers of 1 MiB and more are hashed by the store's threads (and, on tmpfs or in the page cache, read by
+    io_uring's workers): the sums committed match a whole-store check's, and a damaged object fails exactly
+    its block, whichever thread hashed it."""
+    import os
+    import shutil
+    import tempfile
+
+    if where == "shm":
+        if not os.path.isdir("/dev/shm"):
+            pytest.skip("no /dev/shm on this machine")
+        d = tempfile.mkdtemp(dir="/dev/shm", prefix="tutti-test-")
+        paths = [os.path.join(d, "s.img")]
+        Store.format(paths, llama_fp, n_slots=32)
+    else:
+        d, paths = None, make_store(llama_fp, n_slots=32)
+    n = 24  # 24 blocks x 2 spans x 32 KiB = 1.5 MiB a layer
+    keys = [f"req-{i}" for i in range(n)]
+    try:
+        with Store.open(paths, cpu_threads=cpu_threads) as s, \
+                PagedBuffer.for_geometry(s.geometry, n) as src, PagedBuffer.for_geometry(s.geometry, n) as dst:
+            ids = rng.sample(range(n), n)
+            src.fill_random(ids, seed=rng.random())
+            with s.write(keys) as txn:
+                for layer in range(s.geometry.n_layers):
+                    txn.layer(layer, src, ids)
+                assert txn.finish() == [0] * n
+            res = s.check()
+            assert (res["checked"], res["bad"]) == (n, 0)  # every committed sum is the bytes' own
+            slots = s.lookup(keys)
+            _corrupt_object(s, flip_byte, slots[3], layer=5, span=1)
+            _corrupt_object(s, flip_byte, slots[17], layer=31, span=0, delta=32767)
+            out = rng.sample(range(n), n)
+            with s.read(slots) as rd:
+                for layer in range(s.geometry.n_layers):
+                    rd.layer(layer, dst, out)
+                    if layer:
+                        rd.wait_layer(layer - 1)
+                statuses = rd.finish()
+            want = [-errno.EBADMSG if i in (3, 17) else 0 for i in range(n)]
+            assert statuses == want
+            for i in range(n):
+                if i not in (3, 17):
+                    assert dst.contiguous_block(out[i]) == src.contiguous_block(ids[i]), i
+            assert s.lookup([keys[3], keys[17], keys[0]]) == [None, None, slots[0]]
+    finally:
+        if d:
+            shutil.rmtree(d, ignore_errors=True)

@@ -17,6 +17,7 @@ struct tt_workers {
 	pthread_mutex_t busy;		/* one loop at a time */
 	pthread_mutex_t mu;
 	pthread_cond_t go, idle;
+	pid_t pid;			/* the process whose threads these are */
 	unsigned n_threads;		/* started, the caller not counted */
 	pthread_t th[TT_WORKERS_MAX];
 	uint64_t gen;			/* loops started so far */
@@ -72,6 +73,7 @@ struct tt_workers *tt_workers_start(unsigned n)
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
+	w->pid = getpid();
 	pthread_mutex_init(&w->busy, NULL);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->go, NULL);
@@ -92,6 +94,10 @@ void tt_workers_stop(struct tt_workers *w)
 {
 	if (!w)
 		return;
+	if (w->pid != getpid()) {
+		free(w);	/* a forked child: the threads stayed with the parent */
+		return;
+	}
 	pthread_mutex_lock(&w->mu);
 	w->stop = 1;
 	pthread_cond_broadcast(&w->go);
@@ -108,7 +114,9 @@ void tt_workers_stop(struct tt_workers *w)
 void tt_workers_for(struct tt_workers *w, unsigned n,
 		    void (*fn)(void *arg, unsigned i), void *arg)
 {
-	if (!w || n <= TT_WORKERS_GRAIN || pthread_mutex_trylock(&w->busy)) {
+	/* In a forked child the threads are the parent's: alone, not hung. */
+	if (!w || n <= TT_WORKERS_GRAIN || w->pid != getpid() ||
+	    pthread_mutex_trylock(&w->busy)) {
 		for (unsigned i = 0; i < n; i++)
 			fn(arg, i);
 		return;

@@ -58,6 +58,7 @@ class TuttiConfig:
     model_id: str = ""                        # default: the model's name or path
     load_failure_policy: str = "recompute"    # what vLLM does with a block that failed to load
     lookahead_layers: int = 2                 # layers of a load in flight ahead of the model
+    cpu_threads: int = 0                      # Store.open's: the CPU's copies and checksums; 0 = auto
     write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
@@ -72,8 +73,9 @@ class TuttiConfig:
     profile: Any = None                       # tutti.sched.profile.ComputeProfile (load_policy auto's prior)
 
     KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
-            "lookahead_layers", "write_policy", "save", "load", "load_policy", "save_mode", "max_pending_bytes",
-            "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission", "profile")
+            "lookahead_layers", "cpu_threads", "write_policy", "save", "load", "load_policy", "save_mode",
+            "max_pending_bytes", "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission",
+            "profile")
 
     @classmethod
     def from_extra(cls, extra: dict) -> "TuttiConfig":
@@ -122,6 +124,11 @@ class TuttiConfig:
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ConfigError(f"lookahead_layers: expected an integer >= 1, got {n!r}")
             c.lookahead_layers = n
+        if "cpu_threads" in extra:
+            n = extra["cpu_threads"]
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1024:
+                raise ConfigError(f"cpu_threads: expected an integer from 0 (auto) to 1024, got {n!r}")
+            c.cpu_threads = n
         # Options with a few named values: the message says what each value does.
         for name, meanings in (
                 ("write_policy", {"slack": "a layer's write waits while the step's reads are in flight",

@@ -190,7 +190,7 @@ def open_io(cfg, shape, rank, layout, log):
     if path == "cpu":
         from ..store import Store
         try:
-            store = Store.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify)
+            store = Store.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify, cpu_threads=cfg.cpu_threads)
         except FingerprintMismatch as e:
             raise _mismatch(paths, fp, _held_fingerprint(paths)) from e
         _check_geometry(store, paths, layout)
@@ -206,7 +206,8 @@ def open_io(cfg, shape, rank, layout, log):
         raise DataPathError(f"tutti: data path {path!r} needs libtutti_gpu.so: build it with "
                             f"`make gpu-lib` (nvcc) and point TUTTI_GPU_LIB at it ({e})") from e
     try:
-        store = GpuStore.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify)
+        store = GpuStore.open(paths, expect=fp, engine=cfg.engine, verify=cfg.verify,
+                                 cpu_threads=cfg.cpu_threads)
     except FingerprintMismatch as e:
         raise _mismatch(paths, fp, _held_fingerprint(paths)) from e
     _check_geometry(store, paths, layout)
