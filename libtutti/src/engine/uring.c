@@ -7,9 +7,9 @@
  * A read the CPU copies (a member in the page cache or tmpfs) would be
  * copied inline by the submitting thread, one core for the whole batch;
  * such reads go to io_uring's workers (IOSQE_ASYNC), a bounded number.
- * Writes too with at least TT_URING_ASYNC_WRITERS of them: with fewer
- * cores the workers' copies compete with the writer's own hashing (2 cores:
- * 2.8-3.0 GB/s async against 3.7 inline into tmpfs).
+ * Writes stay inline: async they were slower on 2 cores (2.8-3.0 GB/s
+ * against 3.7 into tmpfs) and on 16 (3.0-3.4 against 3.5-3.6), a file's
+ * buffered writes being serialized by its inode lock anyway.
  */
 #include <fcntl.h>
 #include <liburing.h>
@@ -23,7 +23,6 @@
 
 #define TT_URING_MAX_AREAS	1024u	/* kernel allows 16K fixed buffers */
 #define TT_URING_AREA_MAX	(1ul << 30)	/* kernel limit per fixed buffer */
-#define TT_URING_ASYNC_WRITERS	4u
 
 struct uring_req {
 	struct tt_req r;
@@ -41,7 +40,6 @@ struct uring {
 	unsigned n_areas;
 	int registered;
 	int async;				/* reads of cpu_copy members go async */
-	int async_writes;			/* and writes */
 	uint8_t cpu_copy[TT_MAX_ENGINE_MEMBERS];
 };
 
@@ -73,7 +71,6 @@ static void uring_async_init(struct tt_engine *e, struct uring *u)
 	max[0] = want;	/* bounded: regular-file work */
 	max[1] = 0;	/* unbounded: unchanged */
 	u->async = io_uring_register_iowq_max_workers(&u->ring, max) == 0;
-	u->async_writes = u->async && want >= TT_URING_ASYNC_WRITERS;
 }
 
 static int uring_init(struct tt_engine *e)
@@ -128,11 +125,13 @@ static void uring_finish_req(struct tt_engine *e, struct uring_req *q, int res)
 	struct tt_batch *b = q->r.b;
 
 	/*
-	 * No worker could be started (RLIMIT_NPROC): the kernel cancels the
-	 * work.  Do it here, and inline from now on.
+	 * Work the kernel hands to io_uring's workers (ours, and a buffered
+	 * write that would block) is cancelled when no worker can be started
+	 * (RLIMIT_NPROC).  Nothing here cancels: move it with a syscall, and
+	 * stop asking for workers.
 	 */
-	if (q->async && res == -ECANCELED) {
-		u->async = u->async_writes = 0;
+	if (res == -ECANCELED) {
+		u->async = 0;
 		res = tt_req_sync(e, &q->r, 0);
 	} else if (res >= 0 && (uint64_t)res < q->r.bytes)
 		res = tt_req_sync(e, &q->r, (uint64_t)res);	/* short: finish it */
@@ -198,7 +197,7 @@ static void uring_prep(struct tt_engine *e, struct uring_req *q,
 	else
 		io_uring_prep_writev(sqe, q->r.member, q->iov, niov, q->r.off);
 	sqe->flags |= IOSQE_FIXED_FILE;
-	q->async = u->async && u->cpu_copy[q->r.member] && (rd || u->async_writes);
+	q->async = rd && u->async && u->cpu_copy[q->r.member];
 	if (q->async)
 		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, q);
