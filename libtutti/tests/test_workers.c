@@ -7,6 +7,7 @@
  * not there.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,22 @@ int main(void)
 	tap_ok(exactly_once(&l, MAX_ITEMS) && threads_seen(&l, MAX_ITEMS) > 1,
 	       "the parent's pool still works after the fork");
 	tt_workers_stop(w);
-	tap_ok(tt_workers_auto() >= 1 && tt_workers_auto() <= 8, "auto: %u threads (1..8)", tt_workers_auto());
+	{
+		cpu_set_t set, one;
+		unsigned want;
+
+		sched_getaffinity(0, sizeof(set), &set);
+		want = CPU_COUNT(&set) < 8 ? (unsigned)CPU_COUNT(&set) : 8;
+		tap_eq(tt_workers_auto(), want, "auto: the CPUs this process may use, at most 8 (%u)", want);
+		CPU_ZERO(&one);
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &set)) {
+				CPU_SET(c, &one);
+				break;
+			}
+		sched_setaffinity(0, sizeof(one), &one);
+		tap_eq(tt_workers_auto(), 1, "auto: pinned to one CPU, one thread");
+		sched_setaffinity(0, sizeof(set), &set);
+	}
 	return tap_done();
 }

@@ -5,6 +5,8 @@
  * a store can be read, whatever the copies do.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -66,6 +68,7 @@ static void *worker(void *p)
 
 struct tt_workers *tt_workers_start(unsigned n)
 {
+	sigset_t all, old;
 	struct tt_workers *w;
 
 	if (n < 2)
@@ -78,11 +81,15 @@ struct tt_workers *tt_workers_start(unsigned n)
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->go, NULL);
 	pthread_cond_init(&w->idle, NULL);
+	/* Signals stay with the application's threads (Python's main one). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (unsigned k = 0; k < TT_MIN(n, TT_WORKERS_MAX) - 1; k++) {
 		if (pthread_create(&w->th[k], NULL, worker, w))
 			break;	/* fewer threads; still correct */
 		w->n_threads++;
 	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!w->n_threads) {
 		tt_workers_stop(w);
 		return NULL;
@@ -141,7 +148,11 @@ void tt_workers_for(struct tt_workers *w, unsigned n,
 
 unsigned tt_workers_auto(void)
 {
+	cpu_set_t set;
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
+	/* The CPUs this process may run on (a container's cpuset), if known. */
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		n = CPU_COUNT(&set);
 	return n < 1 ? 1 : (unsigned)TT_MIN(n, 8);
 }

@@ -27,7 +27,7 @@ void tt_workers_stop(struct tt_workers *w);
 void tt_workers_for(struct tt_workers *w, unsigned n,
 		    void (*fn)(void *arg, unsigned i), void *arg);
 
-/* Threads a store uses when asked for 0 ("auto"): the online CPUs, at most 8. */
+/* Threads a store uses when asked for 0 ("auto"): the CPUs it may run on, at most 8. */
 unsigned tt_workers_auto(void);
 
 #endif
