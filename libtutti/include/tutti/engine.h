@@ -66,7 +66,7 @@ struct tt_engine_params {
 	/*
 	 * Reads the CPU copies (members in the page cache or tmpfs) run on
 	 * up to this many kernel threads instead of the submitting one
-	 * (io_uring); 0: the online CPUs, at most 8; 1: inline.
+	 * (io_uring); 0: the CPUs the process may run on, at most 8; 1: inline.
 	 */
 	uint32_t copy_threads;
 };

@@ -82,7 +82,7 @@ struct tt_open_params {
 	struct tt_engine_params engine_params;
 	/*
 	 * Threads for the checksums of data the CPU moves (each layer's
-	 * objects on read and write); 0: the online CPUs, at most 8;
+	 * objects on read and write); 0: the CPUs the process may run on, at most 8;
 	 * 1: the caller's thread only.
 	 */
 	uint32_t cpu_threads;

@@ -274,7 +274,7 @@ def check_cmd(paths, repair, first, count, chunk, progress, as_json, **model):
               help="I/O engine")
 @click.option("--no-fio", is_flag=True, help="skip the fio baselines")
 @click.option("--cpu-threads", type=Whole(0, 1024), default=0, show_default=True,
-              help="threads for the CPU's copies (page cache, tmpfs) and checksums; 0: the online CPUs, at most "
+              help="threads for the CPU's copies (page cache, tmpfs) and checksums; 0: the CPUs it may run on, at most "
                    "8; 1: the calling thread")
 @click.option("--force", is_flag=True, help="allow formatting a block device or a file that holds other data")
 @click.option("--output", type=OutputFile(), help="markdown file to write the results section into")
