@@ -28,7 +28,6 @@ struct uring_req {
 	struct tt_req r;
 	struct iovec iov[TT_ENGINE_MAX_IOV];
 	struct uring_req *next_free;
-	int async;
 };
 
 struct uring {
@@ -197,8 +196,7 @@ static void uring_prep(struct tt_engine *e, struct uring_req *q,
 	else
 		io_uring_prep_writev(sqe, q->r.member, q->iov, niov, q->r.off);
 	sqe->flags |= IOSQE_FIXED_FILE;
-	q->async = rd && u->async && u->cpu_copy[q->r.member];
-	if (q->async)
+	if (rd && u->async && u->cpu_copy[q->r.member])
 		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, q);
 }

@@ -331,17 +331,14 @@ static void layer_sums(struct tt_txn *t, uint32_t layer, const struct tt_io *ios
 {
 	struct tt_store *s = t->s;
 	struct layer_sums ls = { t, ios, dst, layer, read };
+	int big = (uint64_t)n_io * s->geo.span_bytes >= TXN_PARALLEL_BYTES;
 
-	if (s->cpu_threads > 1 && !s->cpu &&
-	    (uint64_t)n_io * s->geo.span_bytes >= TXN_PARALLEL_BYTES) {
+	if (big && s->cpu_threads > 1 && !s->cpu) {
 		s->cpu = tt_workers_start(s->cpu_threads);
 		if (!s->cpu)
 			s->cpu_threads = 1;	/* no thread to be had: stop asking */
 	}
-	if ((uint64_t)n_io * s->geo.span_bytes < TXN_PARALLEL_BYTES)
-		tt_workers_for(NULL, n_io, layer_sum_one, &ls);
-	else
-		tt_workers_for(s->cpu, n_io, layer_sum_one, &ls);
+	tt_workers_for(big ? s->cpu : NULL, n_io, layer_sum_one, &ls);
 }
 
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,

@@ -153,30 +153,18 @@ class TuttiEngine:
             slots = list(store.lookup(keys))
             if any(s is None or s < 0 for s in slots):
                 raise BenchError("retrieve: blocks just stored are missing from the store", 1)
-            self.dst_pb.register(store)
-            ctx.before_read(0x5A ^ r)
-            ret = retrieve_pass(store, self.dst_pb, geo, slots, self.dst_ids)
-            verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve")
-            out["tutti"]["retrieve"] = rate_of(nbytes, ret["seconds"], ret["cpu_us_per_layer"] * geo.n_layers / 1e6)
+            out["tutti"]["retrieve"] = self._retrieve(store, slots, 0x5A ^ r, "Tutti retrieve")
             ctx.before_read(0xA7 ^ r)
             al = retrieve_all_layers(store, self.dst_pb, geo, slots, self.dst_ids)
             verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, all layers")
             out["tutti_all_layers"] = {"retrieve": rate_of(nbytes, al["seconds"], al["cpu_seconds"])}
         # The calling thread alone (cpu_threads=1): what the CPU's threads above are worth.
         with Store.open([self.path], engine=ctx.cfg.engine, cpu_threads=1) as store:
-            self.dst_pb.register(store)
-            ctx.before_read(0x69 ^ r)
-            one = retrieve_pass(store, self.dst_pb, geo, slots, self.dst_ids)
-            verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, one thread")
-            out["tutti_one_thread"] = {"retrieve": rate_of(nbytes, one["seconds"],
-                                                         one["cpu_us_per_layer"] * geo.n_layers / 1e6)}
+            out["tutti_one_thread"] = {"retrieve": self._retrieve(store, slots, 0x69 ^ r,
+                                                                  "Tutti retrieve, one thread")}
         with Store.open([self.path], engine=ctx.cfg.engine, verify=False) as store:
-            self.dst_pb.register(store)
-            ctx.before_read(0x3C ^ r)
-            nv = retrieve_pass(store, self.dst_pb, geo, slots, self.dst_ids)
-            verify_paged(self.src_pb, self.dst_pb, layout, self.src_ids, self.dst_ids, "Tutti retrieve, verify off")
-            out["tutti_unverified"] = {"retrieve": rate_of(nbytes, nv["seconds"],
-                                                         nv["cpu_us_per_layer"] * geo.n_layers / 1e6)}
+            out["tutti_unverified"] = {"retrieve": self._retrieve(store, slots, 0x3C ^ r,
+                                                                  "Tutti retrieve, verify off")}
         if self.fio_version:  # after the reads, not right after the store: the same state the reads found
             if self.fio_cfg is None:
                 self.fio_cfg = pick_fio_config([self.path], "read", geo.data_off, self.fio_size,
@@ -189,6 +177,15 @@ class TuttiEngine:
         if ctx.tmpfs:
             unlink_quietly(self.path)
         return out
+
+    def _retrieve(self, store, slots: list, poison: int, what: str) -> dict:
+        """One layer-wise retrieve of the prefix into the poisoned paged buffer, checked byte for byte."""
+        ctx, geo = self.ctx, self.ctx.geo
+        self.dst_pb.register(store)
+        ctx.before_read(poison)
+        ret = retrieve_pass(store, self.dst_pb, geo, slots, self.dst_ids)
+        verify_paged(self.src_pb, self.dst_pb, ctx.layout, self.src_ids, self.dst_ids, what)
+        return rate_of(ctx.layout.total_bytes, ret["seconds"], ret["cpu_us_per_layer"] * geo.n_layers / 1e6)
 
     def close(self) -> None:
         self.src_pb.close()
