@@ -148,3 +148,10 @@ def test_bounded_calls_run_at_once_and_only_late_ones_count_as_stuck():
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert b.call(5, int, "7") == 7
+
+
+def test_a_batchs_good_blocks_go_as_one_transfer_per_run():
+    from tutti.cluster.transfer import _runs
+    assert _runs([0, 1, 2, 3], 1000, 5000, 10) == ([1000], [5000], [40])
+    assert _runs([0, 2, 3, 5], 1000, 5000, 10) == ([1000, 1020, 1050], [5000, 5020, 5050], [10, 20, 10])
+    assert _runs([4], 0, 0, 8) == ([32], [32], [8])

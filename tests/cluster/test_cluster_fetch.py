@@ -44,6 +44,17 @@ def test_stale_descriptors_are_misses(nodes):
     assert b.cmd("prefix", seeds=[202]) == 0
 
 
+def test_blocks_around_a_stale_one_arrive_byte_exact(nodes):
+    # The owner sends each run of consecutive good blocks as one transfer: a stale block in the middle
+    # of a batch splits it, and every block on either side must still land where it belongs.
+    a, b = nodes("a"), nodes("b")
+    a.cmd("put", seeds=[211, 212, 213, 214, 215])
+    a.cmd("evict", seeds=[212, 214])
+    got = b.cmd("fetch", seeds=[211, 212, 213, 214, 215])
+    assert got == {"ok": [True, False, True, False, True], "exact": [True, False, True, False, True]}, got
+    assert b.cmd("info")["stats"]["misses_stale"] == 2
+
+
 def test_hostile_values_under_a_block_name_are_rejected(nodes):
     a, b = nodes("a"), nodes("b")
     a.cmd("put", seeds=[301, 302, 303, 304, 305])

@@ -65,6 +65,22 @@ def contiguous_memmap(ffi, addr: int, geometry, n_blocks: int):
     return mm, (bases, strides)
 
 
+def _runs(sent, src, dst, bb):
+    """(srcs, dsts, lens) writing blocks ``sent`` (ascending indices) with one transfer per run of
+    consecutive blocks: fewer, larger requests (a batch of good blocks is one)."""
+    srcs, dsts, lens = [], [], []
+    prev = None
+    for i in sent:
+        if prev is not None and i == prev + 1:
+            lens[-1] += bb
+        else:
+            srcs.append(src + i * bb)
+            dsts.append(dst + i * bb)
+            lens.append(bb)
+        prev = i
+    return srcs, dsts, lens
+
+
 def _valid_batch(batch_id) -> bool:
     """transfer_submit_write returns -1 (as an unsigned 64-bit id: 2**64 - 1) when it could not submit."""
     return isinstance(batch_id, int) and 0 < batch_id < (1 << 64) - 1
@@ -326,10 +342,7 @@ class Transfers:
             time.sleep(float(self.faults["serve_delay_s"]))
         if "serve_delay_first_s" in self.faults:
             time.sleep(float(self.faults.pop("serve_delay_first_s")))
-        if sent:
-            data = ([base + i * self.bb for i in sent], [dst + i * self.bb for i in sent], [self.bb] * len(sent))
-        else:
-            data = None
+        data = _runs(sent, base, dst, self.bb) if sent else None
         try:
             self._notify(peer, {"op": "got", "id": rid, "ok": [int(x) for x in ok]}, data=data)
         except (CallTimeout, RuntimeError) as e:
