@@ -58,7 +58,7 @@ def cpu_since(before, *pids):
 
 
 def config(a, **kw):
-    return ClusterConfig(batch_blocks=a.batch, inflight_batches=a.inflight, **kw)
+    return ClusterConfig(batch_blocks=a.batch, inflight_batches=a.inflight, send_threads=a.send_threads, **kw)
 
 
 def owner(a):
@@ -95,6 +95,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=16, help="cluster_batch_blocks")
     ap.add_argument("--inflight", type=int, default=ClusterConfig.inflight_batches, help="cluster_inflight_batches")
+    ap.add_argument("--send-threads", type=int, default=0, help="cluster_send_threads (0: auto)")
     ap.add_argument("--owner-dir", help="directory of the owner's store (default: a temporary one on disk)")
     ap.add_argument("--breakdown", action="store_true", help="also time the parts of the fetch path")
     ap.add_argument("--owner", nargs=5, help=argparse.SUPPRESS)
@@ -109,6 +110,7 @@ def main():
         sys.exit(f"cluster_fetch: {e}")
     master, metadata = m.address, m.metadata
     o = subprocess.Popen([sys.executable, __file__, "--batch", str(a.batch), "--inflight", str(a.inflight),
+                          "--send-threads", str(a.send_threads),
                           "--owner", f"{odir}/owner.img", str(free_port()), master, metadata, str(a.blocks)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, stderr=subprocess.DEVNULL)
     try:
@@ -161,6 +163,7 @@ def main():
                 serial_s.append(serial_fetch())
         mib = n * bb / (1 << 20)
         out = {"blocks": n, "block_bytes": bb, "batch_blocks": a.batch, "inflight_batches": a.inflight,
+               "send_threads": node.cfg.sends, "cpus": len(os.sched_getaffinity(0)),
                "owner_dir": a.owner_dir or "disk (temporary directory)", "runs": a.runs,
                "tutti_fetch_MiB_s": round(mib / statistics.median(tutti_s), 1),
                "mooncake_get_MiB_s": round(mib / statistics.median(raw_s), 1)}

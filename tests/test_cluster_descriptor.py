@@ -108,16 +108,21 @@ def test_connector_takes_cluster_keys_and_refuses_typos_in_one_line():
 
 
 def test_inflight_batches_and_staging_are_bounded():
-    from tutti.cluster.config import MAX_INFLIGHT, SERVE_SLOTS, check_staging
+    from tutti.cluster.config import MAX_INFLIGHT, MAX_SEND_THREADS, check_staging
 
     assert ClusterConfig.from_extra_config({"cluster_inflight_batches": "3"}).inflight_batches == 3
     for bad in (0, -1, MAX_INFLIGHT + 1, 1.5, True, "two"):
         with pytest.raises(ClusterError, match="cluster_inflight_batches"):
             ClusterConfig.from_extra_config({"cluster_inflight_batches": bad})
-    cfg = ClusterConfig(batch_blocks=16, inflight_batches=3)
-    assert check_staging(cfg, 1 << 20) == (SERVE_SLOTS + 3) * 16 * (1 << 20) + 4096
+    cfg = ClusterConfig(batch_blocks=16, inflight_batches=3, send_threads=2)
+    assert cfg.serve_slots == 3  # one being read, two being sent
+    assert check_staging(cfg, 1 << 20) == (3 + 3) * 16 * (1 << 20) + 4096
+    assert 1 <= ClusterConfig().sends <= 3  # auto: one send per 4 CPUs, 1 to 3
+    for bad in (-1, MAX_SEND_THREADS + 1, 1.5, "many"):
+        with pytest.raises(ClusterError, match="cluster_send_threads"):
+            ClusterConfig.from_extra_config({"cluster_send_threads": bad})
     # Hundreds of GiB of staging (4096 blocks x 64 batches x 2 MiB) is refused, naming the keys to lower.
-    with pytest.raises(ClusterError, match="cluster_batch_blocks or cluster_inflight_batches"):
+    with pytest.raises(ClusterError, match="cluster_batch_blocks, cluster_inflight_batches"):
         check_staging(ClusterConfig(batch_blocks=4096, inflight_batches=MAX_INFLIGHT), 2 << 20)
 
 
