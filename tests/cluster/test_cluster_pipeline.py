@@ -19,6 +19,25 @@ def test_many_batches_from_two_owners_arrive_byte_exact(nodes):
     assert b.served("blocks_served", len(sb)) == len(sb)
 
 
+def test_owners_sending_several_batches_at_once_deliver_each_byte_exact(nodes):
+    # 3 senders per owner (what 12+ CPUs get by default; CI's 2 get 1): batches of 8 leave A and B
+    # concurrently into C's 4 landing slots, evicted blocks split A's batches into several transfers.
+    a, b = nodes("a", env={"NODE_SENDS": "3"}), nodes("b", env={"NODE_SENDS": "3"})
+    c = nodes("c")
+    sa, sb = list(range(4000, 4045)), list(range(5000, 5030))
+    assert a.cmd("put", seeds=sa) == len(sa)
+    assert b.cmd("put", seeds=sb) == len(sb)
+    gone = sa[3::7]
+    a.cmd("evict", seeds=gone)           # stale descriptors: not served, the runs around them are
+    seeds = sa + sb
+    got = c.cmd("fetch", seeds=seeds)
+    want = [s not in gone for s in seeds]
+    assert got["ok"] == want and got["exact"] == want, got
+    st = c.cmd("info")["stats"]
+    assert st["remote_hits"] == len(seeds) - len(gone) and st["misses_stale"] == len(gone)
+    assert st.get("misses_timeout", 0) == 0 and st.get("misses_corrupt", 0) == 0
+
+
 def test_a_node_busy_serving_still_gets_its_own_answers(nodes):
     # A holds each answer 3 s (its sender is busy); its dispatcher must still take C's answer to A's own
     # fetch at once: serving never blocks the thread that delivers replies.

@@ -33,6 +33,7 @@ def main():
                         keeper_interval_s=0.5, index_bytes=16 << 20,
                         batch_blocks=int(os.environ.get("NODE_BATCH", "8")),
                         inflight_batches=int(os.environ.get("NODE_INFLIGHT", "4")),
+                        send_threads=int(os.environ.get("NODE_SENDS", "0")),
                         peer_quarantine_s=float(os.environ.get("NODE_QUARANTINE", "30")))
     node = ClusterNode(store, cfg)
     bb = store.block_bytes

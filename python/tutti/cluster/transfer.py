@@ -516,6 +516,7 @@ class Transfers:
 
     def _checkers(self):
         """The threads that copy and check received blocks (made at the first batch of several)."""
-        if self._check_pool is None and CHECK_THREADS > 1:
-            self._check_pool = concurrent.futures.ThreadPoolExecutor(CHECK_THREADS, "tutti-cluster-check")
-        return self._check_pool
+        with self._stats_lock:  # two fetches at once make one pool
+            if self._check_pool is None and CHECK_THREADS > 1:
+                self._check_pool = concurrent.futures.ThreadPoolExecutor(CHECK_THREADS, "tutti-cluster-check")
+            return self._check_pool
