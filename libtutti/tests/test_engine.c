@@ -5,8 +5,9 @@
  * request size limit, report errors per io (also inside one merged request:
  * each io is moved again on its own), and batches larger than the ring still
  * complete.  Reads the CPU copies (a buffered or tmpfs member) run on
- * io_uring's workers; work the kernel cancels because no worker can be
- * started is done with a syscall instead of failing.
+ * io_uring's workers, or on any thread with tt_engine_read_now(); work the
+ * kernel cancels because no worker can be started is done with a syscall
+ * instead of failing.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -165,6 +166,52 @@ static void check_without_threads(const char *path)
 	       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
+/*
+ * Reads the CPU copies may be moved on any thread (the store's threads read
+ * and hash a large layer at once): exact, past the end -EIO, and refused for
+ * a member a device moves or an engine with a queue of its own.
+ */
+static void check_read_now(int fd, int direct_fd)
+{
+	struct tt_engine_stats st;
+	struct tt_engine *e;
+	uint8_t *buf = aligned_alloc(OBJ, 2 * OBJ), *want = aligned_alloc(OBJ, OBJ);
+	struct tt_io io = { .buf = buf, .off = 3 * OBJ, .len = OBJ, .op = TT_OP_READ };
+	struct stat sb;
+
+	for (unsigned i = 0; i < OBJ; i++)
+		want[i] = (uint8_t)(i * 7 + 3);
+	tap_eq(pwrite(fd, want, OBJ, 3 * OBJ), OBJ, "read_now: object written");
+	tap_eq(tt_engine_open("uring", &fd, 1, NULL, &e), 0, "read_now: open");
+	tap_ok(tt_engine_cpu_reads(e, 0), "read_now: a buffered/tmpfs member is read by the CPU");
+	tap_ok(!tt_engine_cpu_reads(e, 1), "read_now: no member 1");
+	tap_eq(tt_engine_read_now(e, &io), 0, "read_now: read");
+	tap_ok(io.res == 0 && !memcmp(buf, want, OBJ), "read_now: exact");
+	fstat(fd, &sb);
+	io.off = (uint64_t)sb.st_size + OBJ;
+	tap_eq(tt_engine_read_now(e, &io), (unsigned long long)-EIO, "read_now: past the end is -EIO");
+	tap_eq(io.res, -EIO, "read_now: and so is its result");
+	io.op = TT_OP_WRITE;
+	tap_eq(tt_engine_read_now(e, &io), (unsigned long long)-EINVAL, "read_now: reads only");
+	tt_engine_get_stats(e, &st);
+	tap_ok(st.ios == 1 && st.bytes_read == OBJ, "read_now: counted (%llu ios, %llu bytes)",
+	       (unsigned long long)st.ios, (unsigned long long)st.bytes_read);
+	tt_engine_close(e);
+	tap_eq(tt_engine_open("fault:uring", &fd, 1, NULL, &e), 0, "read_now: fault engine open");
+	tap_ok(!tt_engine_cpu_reads(e, 0), "read_now: never behind the fault engine (its faults apply)");
+	tt_engine_close(e);
+	if (direct_fd != fd) {
+		tap_eq(tt_engine_open("uring", &direct_fd, 1, NULL, &e), 0, "read_now: O_DIRECT open");
+		tap_ok(!tt_engine_cpu_reads(e, 0), "read_now: not for an O_DIRECT member on a disk");
+		tt_engine_close(e);
+	} else {
+		tap_skip("no O_DIRECT on this filesystem");
+		tap_skip("no O_DIRECT on this filesystem");
+	}
+	free(buf);
+	free(want);
+}
+
 int main(void)
 {
 	char path[] = "/tmp/tutti-engine-XXXXXX";
@@ -181,6 +228,7 @@ int main(void)
 	run("psync", dfd);
 	run("uring", fd);	/* buffered: reads on io_uring's workers */
 	check_without_threads(path);
+	check_read_now(fd, dfd);
 	sfd = mkstemp(shm);	/* tmpfs: reads on io_uring's workers */
 	if (sfd >= 0) {
 		run("uring", sfd);

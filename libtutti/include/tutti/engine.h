@@ -148,6 +148,24 @@ int tt_engine_flush(struct tt_engine *e);
 /** tt_engine_get_stats() - counters since open. */
 void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st);
 
+/**
+ * tt_engine_cpu_reads() - are reads of member @m memory copies the CPU makes
+ * (tmpfs, the page cache) that tt_engine_read_now() may move?  0 for members
+ * a device moves, and for engines that move bytes otherwise (the fault
+ * engine, tutti.ko queues).
+ */
+int tt_engine_cpu_reads(const struct tt_engine *e, unsigned m);
+
+/**
+ * tt_engine_read_now() - read @io on the calling thread, outside any batch
+ * @e: engine
+ * @io: an io of a member tt_engine_cpu_reads() allows; res is set
+ *
+ * Any thread, several at once (the caller's threads copy and then hash
+ * what they copied while it is in their cache).  Return: 0 or -errno.
+ */
+int tt_engine_read_now(struct tt_engine *e, struct tt_io *io);
+
 /* cffi: end */
 #pragma GCC visibility pop
 #ifdef __cplusplus

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /* Engine dispatch and the request logic every engine shares. */
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
 #include <unistd.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 
 #include "tutti/error.h"
 #include "engine_impl.h"
@@ -61,10 +64,24 @@ static int unknown_engine(const char *name)
 	return tt_seterr(-EINVAL, "unknown engine '%s' (%sauto)", name, names);
 }
 
+int tt_fd_cpu_copies(int fd)
+{
+	struct statfs sf;
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl >= 0 && !(fl & O_DIRECT))
+		return 1;
+	if (fstatfs(fd, &sf))
+		return 0;
+	return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC;
+}
+
 static int init_engine(struct tt_engine *e, const struct tt_engine_ops *ops)
 {
 	e->ops = ops;
 	e->priv = NULL;
+	for (unsigned i = 0; i < e->n_members; i++)
+		e->cpu_copy[i] = ops->preads && tt_fd_cpu_copies(e->fds[i]);
 	return ops->init(e);
 }
 
@@ -233,6 +250,45 @@ int tt_engine_flush(struct tt_engine *e)
 void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st)
 {
 	*st = e->st;
+}
+
+int tt_engine_cpu_reads(const struct tt_engine *e, unsigned m)
+{
+	return m < e->n_members && e->cpu_copy[m];
+}
+
+int tt_engine_read_now(struct tt_engine *e, struct tt_io *io)
+{
+	uint64_t done = 0, calls = 0;
+	int fd, res = 0;
+
+	if (!tt_engine_cpu_reads(e, io->member) || io->op != TT_OP_READ) {
+		io->res = -EINVAL;
+		return -EINVAL;
+	}
+	fd = e->fds[io->member];
+	while (done < io->len) {
+		ssize_t got = pread(fd, (char *)io->buf + done, io->len - done,
+				    (off_t)(io->off + done));
+
+		calls++;
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			res = got < 0 ? -errno : -EIO;	/* 0: past the member's end */
+			break;
+		}
+		done += (uint64_t)got;
+	}
+	/* Other threads count at once: the counters are added atomically. */
+	__atomic_add_fetch(&e->st.syscalls, calls, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->st.reqs, 1, __ATOMIC_RELAXED);
+	if (!res) {
+		__atomic_add_fetch(&e->st.ios, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&e->st.bytes_read, io->len, __ATOMIC_RELAXED);
+	}
+	io->res = res;
+	return res;
 }
 
 unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,

@@ -39,6 +39,12 @@ struct tt_engine_ops {
 	int (*reg)(struct tt_engine *e, void *addr, size_t len);
 	/* Make completed writes durable; NULL: fdatasync every member. */
 	int (*flush)(struct tt_engine *e);
+	/*
+	 * The engine reads members with plain pread/preadv (no queue of its
+	 * own between the file and memory): tt_engine_read_now() may read
+	 * those the CPU copies on other threads.
+	 */
+	int preads;
 };
 
 struct tt_engine {
@@ -47,8 +53,12 @@ struct tt_engine {
 	unsigned n_members;
 	struct tt_engine_params p;
 	struct tt_engine_stats st;
+	uint8_t cpu_copy[TT_MAX_ENGINE_MEMBERS];	/* tt_engine_cpu_reads() */
 	void *priv;
 };
+
+/* Reads of @fd are memory copies by the CPU: no O_DIRECT, or a RAM filesystem. */
+int tt_fd_cpu_copies(int fd);
 
 /* A request: a run of ios adjacent on one member, moved by one syscall/SQE. */
 struct tt_req {

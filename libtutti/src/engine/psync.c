@@ -49,4 +49,5 @@ const struct tt_engine_ops tt_psync_ops = {
 	.fini = psync_fini,
 	.submit = psync_submit,
 	.reap = psync_reap,
+	.preads = 1,
 };

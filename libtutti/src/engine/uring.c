@@ -6,17 +6,15 @@
  *
  * A read the CPU copies (a member in the page cache or tmpfs) would be
  * copied inline by the submitting thread, one core for the whole batch;
- * such reads go to io_uring's workers (IOSQE_ASYNC), a bounded number.
+ * such reads go to io_uring's workers (IOSQE_ASYNC), a bounded number
+ * (large layers the store reads on its own threads: tt_engine_read_now).
  * Writes stay inline: async they were slower on 2 cores (2.8-3.0 GB/s
  * against 3.7 into tmpfs) and on 16 (3.0-3.4 against 3.5-3.6), a file's
  * buffered writes being serialized by its inode lock anyway.
  */
-#include <fcntl.h>
 #include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/vfs.h>
-#include <linux/magic.h>
 
 #include "tutti/error.h"
 #include "engine_impl.h"
@@ -39,21 +37,7 @@ struct uring {
 	unsigned n_areas;
 	int registered;
 	int async;				/* reads of cpu_copy members go async */
-	uint8_t cpu_copy[TT_MAX_ENGINE_MEMBERS];
 };
-
-/* Reads of @fd are memory copies by the CPU: no O_DIRECT, or a RAM filesystem. */
-static int cpu_copies(int fd)
-{
-	struct statfs sf;
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl >= 0 && !(fl & O_DIRECT))
-		return 1;
-	if (fstatfs(fd, &sf))
-		return 0;
-	return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC;
-}
 
 /* Workers for the CPU's copies: none (inline), or at most @want of them. */
 static void uring_async_init(struct tt_engine *e, struct uring *u)
@@ -61,10 +45,8 @@ static void uring_async_init(struct tt_engine *e, struct uring *u)
 	unsigned want = e->p.copy_threads, any = 0;
 	unsigned max[2];
 
-	for (unsigned i = 0; i < e->n_members; i++) {
-		u->cpu_copy[i] = (uint8_t)cpu_copies(e->fds[i]);
-		any |= u->cpu_copy[i];
-	}
+	for (unsigned i = 0; i < e->n_members; i++)
+		any |= e->cpu_copy[i];
 	if (!any || want == 1)
 		return;
 	max[0] = want;	/* bounded: regular-file work */
@@ -196,7 +178,7 @@ static void uring_prep(struct tt_engine *e, struct uring_req *q,
 	else
 		io_uring_prep_writev(sqe, q->r.member, q->iov, niov, q->r.off);
 	sqe->flags |= IOSQE_FIXED_FILE;
-	if (rd && u->async && u->cpu_copy[q->r.member])
+	if (rd && u->async && e->cpu_copy[q->r.member])
 		sqe->flags |= IOSQE_ASYNC;
 	io_uring_sqe_set_data(sqe, q);
 }
@@ -283,4 +265,5 @@ const struct tt_engine_ops tt_uring_ops = {
 	.submit = uring_submit,
 	.reap = uring_reap,
 	.reg = uring_reg,
+	.preads = 1,
 };

@@ -53,6 +53,7 @@ static void txn_free(struct tt_txn *t)
 	free(t->dst);
 	free(t->batch);
 	free(t->layer_state);
+	free(t->cpu_read);
 	free(t->sums);
 	free(t->expect);
 	free(t->status);
@@ -78,6 +79,7 @@ static struct tt_txn *txn_new(struct tt_store *s, unsigned n, int write)
 	t->status = calloc(n ? n : 1, sizeof(*t->status));
 	t->sums = calloc((size_t)(n ? n : 1) * tt_objs_per_slot(&s->geo), sizeof(*t->sums));
 	t->layer_state = calloc(L, 1);
+	t->cpu_read = calloc(L, 1);
 	t->batch = calloc(L, sizeof(*t->batch));
 	t->ios = calloc(L, sizeof(*t->ios));
 	t->stage = calloc(L, sizeof(*t->stage));
@@ -89,6 +91,7 @@ static struct tt_txn *txn_new(struct tt_store *s, unsigned n, int write)
 	else
 		t->expect = calloc(n ? n : 1, sizeof(*t->expect));
 	if ((!write && !t->expect) || !t->slot || !t->present || !t->status || !t->sums || !t->layer_state ||
+	    !t->cpu_read ||
 	    !t->batch || !t->ios || !t->stage || !t->dst || !t->layer_ret || !t->fresh ||
 	    (write && !t->keys)) {
 		txn_free(t);
@@ -290,13 +293,18 @@ static int cmp_io(const void *x, const void *y)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
-/* One layer's objects hashed (and, on read, copied out of a bounce buffer). */
+/*
+ * One layer's objects hashed (and, on read, copied out of a bounce buffer;
+ * with @now, first read by the calling thread: the hash then finds the
+ * object in that thread's cache instead of memory).
+ */
 struct layer_sums {
 	struct tt_txn *t;
-	const struct tt_io *ios;
+	struct tt_io *ios;
 	char **dst;
 	uint32_t layer;
 	int read;
+	int now;
 };
 
 static void layer_sum_one(void *arg, unsigned j)
@@ -304,11 +312,13 @@ static void layer_sum_one(void *arg, unsigned j)
 	const struct layer_sums *ls = arg;
 	struct tt_txn *t = ls->t;
 	const struct tt_geometry *g = &t->s->geo;
-	const struct tt_io *io = &ls->ios[j];
+	struct tt_io *io = &ls->ios[j];
 	unsigned i = io->tag / g->n_spans, k = io->tag % g->n_spans;
 	uint32_t m = tt_obj_index(g, ls->layer, k);
 	char *mp = ls->dst[io->tag];
 
+	if (ls->now)
+		tt_engine_read_now(t->s->eng, io);
 	if (ls->read) {
 		if (txn_io_error(io))
 			return;	/* its bytes are not the block's: never copied, never hashed */
@@ -326,19 +336,43 @@ static void layer_sum_one(void *arg, unsigned j)
  */
 #define TXN_PARALLEL_BYTES	(1u << 20)
 
-static void layer_sums(struct tt_txn *t, uint32_t layer, const struct tt_io *ios,
-		       unsigned n_io, char **dst, int read)
+/* The store's threads for a layer of @n_io objects, NULL: the caller's alone. */
+static struct tt_workers *layer_workers(struct tt_store *s, unsigned n_io)
 {
-	struct tt_store *s = t->s;
-	struct layer_sums ls = { t, ios, dst, layer, read };
-	int big = (uint64_t)n_io * s->geo.span_bytes >= TXN_PARALLEL_BYTES;
-
-	if (big && s->cpu_threads > 1 && !s->cpu) {
+	if ((uint64_t)n_io * s->geo.span_bytes < TXN_PARALLEL_BYTES || s->cpu_threads < 2)
+		return NULL;
+	if (!s->cpu) {
 		s->cpu = tt_workers_start(s->cpu_threads);
 		if (!s->cpu)
 			s->cpu_threads = 1;	/* no thread to be had: stop asking */
 	}
-	tt_workers_for(big ? s->cpu : NULL, n_io, layer_sum_one, &ls);
+	return s->cpu;
+}
+
+static void layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios,
+		       unsigned n_io, char **dst, int read, int now)
+{
+	struct layer_sums ls = { t, ios, dst, layer, read, now };
+
+	tt_workers_for(layer_workers(t->s, n_io), n_io, layer_sum_one, &ls);
+}
+
+/*
+ * A large layer to read whose every object the CPU copies (tmpfs, the page
+ * cache) is read at wait by the store's threads, each hashing what it has
+ * just copied: one pass over memory less than copies by io_uring's workers
+ * followed by the hash.
+ */
+static int cpu_read_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io)
+{
+	struct tt_store *s = t->s;
+
+	if (t->write || !layer_workers(s, n_io))
+		return 0;
+	for (unsigned j = 0; j < n_io; j++)
+		if (!tt_engine_cpu_reads(s->eng, ios[j].member))
+			return 0;
+	return 1;
 }
 
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
@@ -416,12 +450,18 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	t->batch[layer].ios = ios;
 	t->batch[layer].n = n_io;
 	t->layer_state[layer] = LAYER_SUBMITTED;
+	if (cpu_read_layer(t, ios, n_io)) {
+		for (unsigned j = 0; j < n_io; j++)
+			ios[j].res = 1;	/* pending */
+		t->cpu_read[layer] = 1;
+		return 0;
+	}
 	ret = tt_engine_submit(s->eng, &t->batch[layer]);
 	if (!ret)
 		tt_written_add_ios(s, ios, n_io, 0);	/* handed to the device */
 	/* Hash what is being written while the device moves it (both only read). */
 	if (t->write)
-		layer_sums(t, layer, ios, n_io, dst, 0);
+		layer_sums(t, layer, ios, n_io, dst, 0, 0);
 	if (ret) {
 		char why[256];
 
@@ -458,7 +498,12 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		ret = t->layer_ret[layer];
 		return ret ? tt_seterr(ret, "layer %u failed: %s", layer, strerror(-ret)) : 0;
 	}
-	ret = tt_engine_wait(s->eng, b);
+	if (t->cpu_read[layer]) {
+		ret = 0;
+		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1, 1);
+	} else {
+		ret = tt_engine_wait(s->eng, b);
+	}
 	t->layer_state[layer] = LAYER_DONE;
 	for (uint32_t j = 0; j < b->n; j++) {
 		const struct tt_io *io = &b->ios[j];
@@ -469,8 +514,8 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 				ret = txn_io_error(io);
 		}
 	}
-	if (!t->write)
-		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1);
+	if (!t->write && !t->cpu_read[layer])
+		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1, 0);
 	if (ret) {
 		t->layer_ret[layer] = ret;
 		tt_seterr(ret, "I/O error in layer %u: %s", layer, strerror(-ret));

@@ -26,6 +26,7 @@ struct tt_txn {
 	uint64_t *sums;			/* n * objs_per_slot object checksums */
 	uint64_t *expect;		/* read: record checksums at begin */
 	uint8_t *layer_state;
+	uint8_t *cpu_read;		/* per layer: read by the store's threads at wait */
 	struct tt_batch *batch;		/* one per layer */
 	struct tt_io **ios;		/* per layer, n * n_spans */
 	uint8_t **stage;		/* per layer bounce area, if needed */
