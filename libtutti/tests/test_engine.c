@@ -185,16 +185,34 @@ static void check_read_now(int fd, int direct_fd)
 	tap_eq(tt_engine_open("uring", &fd, 1, NULL, &e), 0, "read_now: open");
 	tap_ok(tt_engine_cpu_reads(e, 0), "read_now: a buffered/tmpfs member is read by the CPU");
 	tap_ok(!tt_engine_cpu_reads(e, 1), "read_now: no member 1");
-	tap_eq(tt_engine_read_now(e, &io), 0, "read_now: read");
+	tap_eq(tt_engine_read_now(e, &io, 1), 0, "read_now: read");
 	tap_ok(io.res == 0 && !memcmp(buf, want, OBJ), "read_now: exact");
 	fstat(fd, &sb);
 	io.off = (uint64_t)sb.st_size + OBJ;
-	tap_eq(tt_engine_read_now(e, &io), (unsigned long long)-EIO, "read_now: past the end is -EIO");
+	tap_eq(tt_engine_read_now(e, &io, 1), (unsigned long long)-EIO, "read_now: past the end is -EIO");
 	tap_eq(io.res, -EIO, "read_now: and so is its result");
+	{
+		/* A run of two: one preadv; one that crosses the end: each io its own verdict. */
+		struct tt_io run[2] = {
+			{ .buf = buf, .off = 2 * OBJ, .len = OBJ, .op = TT_OP_READ },
+			{ .buf = buf + OBJ, .off = 3 * OBJ, .len = OBJ, .op = TT_OP_READ },
+		};
+
+		tap_eq(tt_engine_read_now(e, run, 2), 0, "read_now: a run of two");
+		tap_ok(!memcmp(buf + OBJ, want, OBJ), "read_now: the run's second object exact");
+		run[0].off = (uint64_t)sb.st_size - OBJ;
+		run[1].off = (uint64_t)sb.st_size;
+		tap_eq(tt_engine_read_now(e, run, 2), (unsigned long long)-EIO, "read_now: run past the end");
+		tap_ok(run[0].res == 0 && run[1].res == -EIO,
+		       "read_now: only the io past the end fails (%d, %d)", run[0].res, run[1].res);
+		run[1].off = run[0].off + 2 * OBJ;
+		tap_eq(tt_engine_read_now(e, run, 2), (unsigned long long)-EINVAL,
+		       "read_now: not adjacent on the member: refused");
+	}
 	io.op = TT_OP_WRITE;
-	tap_eq(tt_engine_read_now(e, &io), (unsigned long long)-EINVAL, "read_now: reads only");
+	tap_eq(tt_engine_read_now(e, &io, 1), (unsigned long long)-EINVAL, "read_now: reads only");
 	tt_engine_get_stats(e, &st);
-	tap_ok(st.ios == 1 && st.bytes_read == OBJ, "read_now: counted (%llu ios, %llu bytes)",
+	tap_ok(st.ios == 4 && st.bytes_read == 4 * OBJ, "read_now: counted (%llu ios, %llu bytes)",
 	       (unsigned long long)st.ios, (unsigned long long)st.bytes_read);
 	tt_engine_close(e);
 	tap_eq(tt_engine_open("fault:uring", &fd, 1, NULL, &e), 0, "read_now: fault engine open");

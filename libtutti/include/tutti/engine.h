@@ -157,14 +157,17 @@ void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st);
 int tt_engine_cpu_reads(const struct tt_engine *e, unsigned m);
 
 /**
- * tt_engine_read_now() - read @io on the calling thread, outside any batch
+ * tt_engine_read_now() - read @n ios on the calling thread, outside any batch
  * @e: engine
- * @io: an io of a member tt_engine_cpu_reads() allows; res is set
+ * @ios: reads of one member tt_engine_cpu_reads() allows, each starting
+ *       where the one before ends (one preadv); every res is set
+ * @n: 1 to 256
  *
  * Any thread, several at once (the caller's threads copy and then hash
- * what they copied while it is in their cache).  Return: 0 or -errno.
+ * what they copied while it is in their cache).  A failed run is read again
+ * io by io, so each io gets its own verdict.  Return: 0 or the first -errno.
  */
-int tt_engine_read_now(struct tt_engine *e, struct tt_io *io);
+int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n);
 
 /* cffi: end */
 #pragma GCC visibility pop

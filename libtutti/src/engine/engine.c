@@ -257,40 +257,6 @@ int tt_engine_cpu_reads(const struct tt_engine *e, unsigned m)
 	return m < e->n_members && e->cpu_copy[m];
 }
 
-int tt_engine_read_now(struct tt_engine *e, struct tt_io *io)
-{
-	uint64_t done = 0, calls = 0;
-	int fd, res = 0;
-
-	if (!tt_engine_cpu_reads(e, io->member) || io->op != TT_OP_READ) {
-		io->res = -EINVAL;
-		return -EINVAL;
-	}
-	fd = e->fds[io->member];
-	while (done < io->len) {
-		ssize_t got = pread(fd, (char *)io->buf + done, io->len - done,
-				    (off_t)(io->off + done));
-
-		calls++;
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0) {
-			res = got < 0 ? -errno : -EIO;	/* 0: past the member's end */
-			break;
-		}
-		done += (uint64_t)got;
-	}
-	/* Other threads count at once: the counters are added atomically. */
-	__atomic_add_fetch(&e->st.syscalls, calls, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&e->st.reqs, 1, __ATOMIC_RELAXED);
-	if (!res) {
-		__atomic_add_fetch(&e->st.ios, 1, __ATOMIC_RELAXED);
-		__atomic_add_fetch(&e->st.bytes_read, io->len, __ATOMIC_RELAXED);
-	}
-	io->res = res;
-	return res;
-}
-
 unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
 		     struct tt_req *r)
 {
@@ -433,4 +399,73 @@ int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
 		iov_advance(iov, n, &k, (uint64_t)got);
 	}
 	return 0;
+}
+
+/* preadv @iov (@n entries, @bytes in all) at @off until done; 0 or -errno. */
+static int read_iov(int fd, struct iovec *iov, unsigned n, uint64_t bytes, uint64_t off,
+		    uint64_t *calls)
+{
+	uint64_t done = 0;
+	unsigned k = 0;
+
+	while (done < bytes) {
+		ssize_t got = preadv(fd, &iov[k], (int)TT_MIN(n - k, (unsigned)IOV_MAX),
+				     (off_t)(off + done));
+
+		(*calls)++;
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return got < 0 ? -errno : -EIO;	/* 0: past the member's end */
+		done += (uint64_t)got;
+		iov_advance(iov, n, &k, (uint64_t)got);
+	}
+	return 0;
+}
+
+int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
+{
+	struct iovec iov[TT_ENGINE_MAX_IOV];
+	uint64_t bytes = 0, calls = 0, moved = 0;
+	int res = 0;
+
+	if (!n || n > TT_ENGINE_MAX_IOV)
+		return -EINVAL;
+	for (unsigned k = 0; k < n; k++) {
+		if (!tt_engine_cpu_reads(e, ios[k].member) || ios[k].op != TT_OP_READ ||
+		    ios[k].member != ios[0].member || ios[k].off != ios[0].off + bytes) {
+			for (unsigned j = 0; j < n; j++)
+				ios[j].res = -EINVAL;
+			return -EINVAL;
+		}
+		iov[k].iov_base = ios[k].buf;
+		iov[k].iov_len = ios[k].len;
+		bytes += ios[k].len;
+	}
+	res = read_iov(e->fds[ios[0].member], iov, n, bytes, ios[0].off, &calls);
+	for (unsigned k = 0; k < n; k++)
+		ios[k].res = res;
+	if (!res)
+		moved = n;
+	else if (n > 1) {
+		/* A whole run takes one bad range's error: each io on its own. */
+		res = 0;
+		for (unsigned k = 0; k < n; k++) {
+			iov[0].iov_base = ios[k].buf;
+			iov[0].iov_len = ios[k].len;
+			ios[k].res = read_iov(e->fds[ios[k].member], iov, 1, ios[k].len, ios[k].off,
+					      &calls);
+			if (ios[k].res && !res)
+				res = ios[k].res;
+			moved += !ios[k].res;
+		}
+	}
+	/* Other threads count at once: the counters are added atomically. */
+	__atomic_add_fetch(&e->st.syscalls, calls, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->st.reqs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->st.ios, moved, __ATOMIC_RELAXED);
+	for (unsigned k = 0; k < n; k++)
+		if (!ios[k].res)
+			__atomic_add_fetch(&e->st.bytes_read, ios[k].len, __ATOMIC_RELAXED);
+	return res;
 }

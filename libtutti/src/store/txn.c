@@ -304,7 +304,7 @@ struct layer_sums {
 	char **dst;
 	uint32_t layer;
 	int read;
-	int now;
+	const uint32_t *runs;	/* read now: run r is ios runs[r] .. runs[r + 1] - 1 */
 };
 
 static void layer_sum_one(void *arg, unsigned j)
@@ -317,8 +317,6 @@ static void layer_sum_one(void *arg, unsigned j)
 	uint32_t m = tt_obj_index(g, ls->layer, k);
 	char *mp = ls->dst[io->tag];
 
-	if (ls->now)
-		tt_engine_read_now(t->s->eng, io);
 	if (ls->read) {
 		if (txn_io_error(io))
 			return;	/* its bytes are not the block's: never copied, never hashed */
@@ -350,11 +348,52 @@ static struct tt_workers *layer_workers(struct tt_store *s, unsigned n_io)
 }
 
 static void layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios,
-		       unsigned n_io, char **dst, int read, int now)
+		       unsigned n_io, char **dst, int read)
 {
-	struct layer_sums ls = { t, ios, dst, layer, read, now };
+	struct layer_sums ls = { t, ios, dst, layer, read, NULL };
 
 	tt_workers_for(layer_workers(t->s, n_io), n_io, layer_sum_one, &ls);
+}
+
+/* Read one run of objects adjacent on disk (one preadv), then hash each. */
+static void layer_read_run(void *arg, unsigned r)
+{
+	const struct layer_sums *ls = arg;
+	uint32_t a = ls->runs[r], b = ls->runs[r + 1];
+
+	tt_engine_read_now(ls->t->s->eng, &ls->ios[a], b - a);
+	for (uint32_t j = a; j < b; j++)
+		layer_sum_one(arg, j);
+}
+
+#define TXN_READ_RUN_BYTES	(256u << 10)	/* a run still in a core's cache when hashed */
+#define TT_ENGINE_MAX_RUN	256u		/* tt_engine_read_now()'s most ios */
+
+/* cpu_read_layer()'s layer, read and hashed on the store's threads. */
+static int layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
+			  char **dst)
+{
+	uint32_t *runs = malloc(((size_t)n_io + 1) * sizeof(*runs));
+	struct layer_sums ls = { t, ios, dst, layer, 1, runs };
+	unsigned n = 0;
+	uint64_t bytes = 0;
+
+	if (!runs)
+		return -ENOMEM;
+	/* ios are in disk order: runs of adjacent ones, as the engine would merge them. */
+	for (unsigned j = 0; j < n_io; j++) {
+		if (!j || ios[j].member != ios[j - 1].member ||
+		    ios[j].off != ios[j - 1].off + ios[j - 1].len ||
+		    j - runs[n - 1] >= TT_ENGINE_MAX_RUN || bytes + ios[j].len > TXN_READ_RUN_BYTES) {
+			runs[n++] = j;
+			bytes = 0;
+		}
+		bytes += ios[j].len;
+	}
+	runs[n] = n_io;
+	tt_workers_for(layer_workers(t->s, n_io), n, layer_read_run, &ls);
+	free(runs);
+	return 0;
 }
 
 /*
@@ -461,7 +500,7 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		tt_written_add_ios(s, ios, n_io, 0);	/* handed to the device */
 	/* Hash what is being written while the device moves it (both only read). */
 	if (t->write)
-		layer_sums(t, layer, ios, n_io, dst, 0, 0);
+		layer_sums(t, layer, ios, n_io, dst, 0);
 	if (ret) {
 		char why[256];
 
@@ -499,8 +538,10 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		return ret ? tt_seterr(ret, "layer %u failed: %s", layer, strerror(-ret)) : 0;
 	}
 	if (t->cpu_read[layer]) {
-		ret = 0;
-		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1, 1);
+		ret = layer_read_now(t, layer, b->ios, b->n, t->dst[layer]);
+		if (ret)
+			for (uint32_t j = 0; j < b->n; j++)
+				b->ios[j].res = ret;	/* none read: every block fails */
 	} else {
 		ret = tt_engine_wait(s->eng, b);
 	}
@@ -515,7 +556,7 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		}
 	}
 	if (!t->write && !t->cpu_read[layer])
-		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1, 0);
+		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1);
 	if (ret) {
 		t->layer_ret[layer] = ret;
 		tt_seterr(ret, "I/O error in layer %u: %s", layer, strerror(-ret));
