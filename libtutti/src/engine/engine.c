@@ -371,46 +371,20 @@ static void iov_advance(struct iovec *iov, unsigned n, unsigned *k, uint64_t byt
 	}
 }
 
-int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
-{
-	struct iovec iov[TT_ENGINE_MAX_IOV];
-	unsigned n = tt_req_iov(r, iov);
-	int fd = e->fds[r->member];
-	unsigned k = 0;
-
-	iov_advance(iov, n, &k, done);
-	while (done < r->bytes) {
-		unsigned cnt = TT_MIN(n - k, (unsigned)IOV_MAX);
-		ssize_t got;
-
-		if (r->op == TT_OP_READ)
-			got = preadv(fd, &iov[k], (int)cnt, (off_t)(r->off + done));
-		else
-			got = pwritev(fd, &iov[k], (int)cnt, (off_t)(r->off + done));
-		e->st.syscalls++;
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (got == 0)
-			return -EIO;	/* past the end of the member */
-		done += (uint64_t)got;
-		iov_advance(iov, n, &k, (uint64_t)got);
-	}
-	return 0;
-}
-
-/* preadv @iov (@n entries, @bytes in all) at @off until done; 0 or -errno. */
-static int read_iov(int fd, struct iovec *iov, unsigned n, uint64_t bytes, uint64_t off,
-		    uint64_t *calls)
+/*
+ * preadv/pwritev @iov (@n entries, @bytes in all) at @off until every byte
+ * moved, counting the system calls in @calls; 0 or -errno.
+ */
+static int iov_move(int fd, int write, struct iovec *iov, unsigned n, uint64_t bytes,
+		    uint64_t off, uint64_t *calls)
 {
 	uint64_t done = 0;
 	unsigned k = 0;
 
 	while (done < bytes) {
-		ssize_t got = preadv(fd, &iov[k], (int)TT_MIN(n - k, (unsigned)IOV_MAX),
-				     (off_t)(off + done));
+		int cnt = (int)TT_MIN(n - k, (unsigned)IOV_MAX);
+		ssize_t got = write ? pwritev(fd, &iov[k], cnt, (off_t)(off + done))
+				    : preadv(fd, &iov[k], cnt, (off_t)(off + done));
 
 		(*calls)++;
 		if (got < 0 && errno == EINTR)
@@ -421,6 +395,21 @@ static int read_iov(int fd, struct iovec *iov, unsigned n, uint64_t bytes, uint6
 		iov_advance(iov, n, &k, (uint64_t)got);
 	}
 	return 0;
+}
+
+int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
+{
+	struct iovec iov[TT_ENGINE_MAX_IOV];
+	unsigned n = tt_req_iov(r, iov);
+	uint64_t calls = 0;
+	unsigned k = 0;
+	int ret;
+
+	iov_advance(iov, n, &k, done);
+	ret = iov_move(e->fds[r->member], r->op != TT_OP_READ, &iov[k], n - k, r->bytes - done,
+		       r->off + done, &calls);
+	e->st.syscalls += calls;
+	return ret;
 }
 
 int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
@@ -442,7 +431,7 @@ int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 		iov[k].iov_len = ios[k].len;
 		bytes += ios[k].len;
 	}
-	res = read_iov(e->fds[ios[0].member], iov, n, bytes, ios[0].off, &calls);
+	res = iov_move(e->fds[ios[0].member], 0, iov, n, bytes, ios[0].off, &calls);
 	for (unsigned k = 0; k < n; k++)
 		ios[k].res = res;
 	if (!res)
@@ -453,8 +442,8 @@ int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 		for (unsigned k = 0; k < n; k++) {
 			iov[0].iov_base = ios[k].buf;
 			iov[0].iov_len = ios[k].len;
-			ios[k].res = read_iov(e->fds[ios[k].member], iov, 1, ios[k].len, ios[k].off,
-					      &calls);
+			ios[k].res = iov_move(e->fds[ios[k].member], 0, iov, 1, ios[k].len,
+					      ios[k].off, &calls);
 			if (ios[k].res && !res)
 				res = ios[k].res;
 			moved += !ios[k].res;

@@ -295,8 +295,8 @@ static int cmp_io(const void *x, const void *y)
 
 /*
  * One layer's objects hashed (and, on read, copied out of a bounce buffer;
- * with @now, first read by the calling thread: the hash then finds the
- * object in that thread's cache instead of memory).
+ * with @runs, first read by the hashing thread, run by run: the hash then
+ * finds each object in that thread's cache instead of memory).
  */
 struct layer_sums {
 	struct tt_txn *t;
@@ -367,7 +367,7 @@ static void layer_read_run(void *arg, unsigned r)
 }
 
 #define TXN_READ_RUN_BYTES	(256u << 10)	/* a run still in a core's cache when hashed */
-#define TT_ENGINE_MAX_RUN	256u		/* tt_engine_read_now()'s most ios */
+#define TXN_READ_RUN_IOS	256u		/* tt_engine_read_now()'s most ios */
 
 /* cpu_read_layer()'s layer, read and hashed on the store's threads. */
 static int layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
@@ -384,7 +384,7 @@ static int layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, u
 	for (unsigned j = 0; j < n_io; j++) {
 		if (!j || ios[j].member != ios[j - 1].member ||
 		    ios[j].off != ios[j - 1].off + ios[j - 1].len ||
-		    j - runs[n - 1] >= TT_ENGINE_MAX_RUN || bytes + ios[j].len > TXN_READ_RUN_BYTES) {
+		    j - runs[n - 1] >= TXN_READ_RUN_IOS || bytes + ios[j].len > TXN_READ_RUN_BYTES) {
 			runs[n++] = j;
 			bytes = 0;
 		}

@@ -9,8 +9,9 @@ transfer engine instead moves bytes between registered buffers of two nodes, and
              and which of its registered landing slots to write into);
   owner      checks each block against its own slot record (same key, generation, data_sum: else
              "stale", not served), reads them with a verified store read into its registered serve
-             slot, writes them into the requester's landing slot (one transfer per block, all submitted
-             at once, their completion polled with pauses: Mooncake's synchronous calls spin a core),
+             slot, writes them into the requester's landing slot (one transfer per run of consecutive
+             blocks, all submitted at once, their completion polled with pauses: Mooncake's
+             synchronous calls spin a core),
              and then notifies "got" with which blocks it sent;
   requester  copies each sent block to where it was asked to go and computes libtutti's checksum of
              *that copy* (Store.block_sum); only a match with the descriptor's data_sum — the owner's
@@ -222,9 +223,9 @@ class Transfers:
 
         Why not batch_transfer_sync: Mooncake's synchronous calls poll the transfer's status in a loop
         without pause, so the calling thread burns a core for as long as the bytes travel — on a small
-        machine the very core the transfer (and the next store read) needs.  Each block is its own
-        one-request transfer here because transfer_check_status, the one non-blocking status query of
-        the Python API, reports a transfer's first request only."""
+        machine the very core the transfer (and the next store read) needs.  Each (src, dst, len) is its
+        own one-request transfer here because transfer_check_status, the one non-blocking status query
+        of the Python API, reports a transfer's first request only."""
         e = self.link.engine
         deadline = time.monotonic() + self.cfg.fetch_timeout_s
 
