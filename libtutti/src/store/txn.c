@@ -293,127 +293,6 @@ static int cmp_io(const void *x, const void *y)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
-/*
- * One layer's objects hashed (and, on read, copied out of a bounce buffer;
- * with @runs, first read by the hashing thread, run by run: the hash then
- * finds each object in that thread's cache instead of memory).
- */
-struct layer_sums {
-	struct tt_txn *t;
-	struct tt_io *ios;
-	char **dst;
-	uint32_t layer;
-	int read;
-	const uint32_t *runs;	/* read now: run r is ios runs[r] .. runs[r + 1] - 1 */
-};
-
-static void layer_sum_one(void *arg, unsigned j)
-{
-	const struct layer_sums *ls = arg;
-	struct tt_txn *t = ls->t;
-	const struct tt_geometry *g = &t->s->geo;
-	struct tt_io *io = &ls->ios[j];
-	unsigned i = io->tag / g->n_spans, k = io->tag % g->n_spans;
-	uint32_t m = tt_obj_index(g, ls->layer, k);
-	char *mp = ls->dst[io->tag];
-
-	if (ls->read) {
-		if (txn_io_error(io))
-			return;	/* its bytes are not the block's: never copied, never hashed */
-		if (io->buf != mp)
-			memcpy(mp, io->buf, g->span_bytes);
-		if ((t->s->flags & TT_OPEN_NO_VERIFY) && !t->keep_bad)
-			return;
-	}
-	t->sums[(size_t)i * tt_objs_per_slot(g) + m] = tt_sum_object(mp, g->span_bytes, m);
-}
-
-/*
- * Hashing, not the copies, limits a store the CPU reads or writes through
- * the page cache: large layers are spread over the store's threads.
- */
-#define TXN_PARALLEL_BYTES	(1u << 20)
-
-/* The store's threads for a layer of @n_io objects, NULL: the caller's alone. */
-static struct tt_workers *layer_workers(struct tt_store *s, unsigned n_io)
-{
-	if ((uint64_t)n_io * s->geo.span_bytes < TXN_PARALLEL_BYTES || s->cpu_threads < 2)
-		return NULL;
-	if (!s->cpu) {
-		s->cpu = tt_workers_start(s->cpu_threads);
-		if (!s->cpu)
-			s->cpu_threads = 1;	/* no thread to be had: stop asking */
-	}
-	return s->cpu;
-}
-
-static void layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios,
-		       unsigned n_io, char **dst, int read)
-{
-	struct layer_sums ls = { t, ios, dst, layer, read, NULL };
-
-	tt_workers_for(layer_workers(t->s, n_io), n_io, layer_sum_one, &ls);
-}
-
-/* Read one run of objects adjacent on disk (one preadv), then hash each. */
-static void layer_read_run(void *arg, unsigned r)
-{
-	const struct layer_sums *ls = arg;
-	uint32_t a = ls->runs[r], b = ls->runs[r + 1];
-
-	tt_engine_read_now(ls->t->s->eng, &ls->ios[a], b - a);
-	for (uint32_t j = a; j < b; j++)
-		layer_sum_one(arg, j);
-}
-
-#define TXN_READ_RUN_BYTES	(256u << 10)	/* a run still in a core's cache when hashed */
-#define TXN_READ_RUN_IOS	256u		/* tt_engine_read_now()'s most ios */
-
-/* cpu_read_layer()'s layer, read and hashed on the store's threads. */
-static int layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
-			  char **dst)
-{
-	uint32_t *runs = malloc(((size_t)n_io + 1) * sizeof(*runs));
-	struct layer_sums ls = { t, ios, dst, layer, 1, runs };
-	unsigned n = 0;
-	uint64_t bytes = 0;
-
-	if (!runs)
-		return -ENOMEM;
-	/* ios are in disk order: runs of adjacent ones, as the engine would merge them. */
-	for (unsigned j = 0; j < n_io; j++) {
-		if (!j || ios[j].member != ios[j - 1].member ||
-		    ios[j].off != ios[j - 1].off + ios[j - 1].len ||
-		    j - runs[n - 1] >= TXN_READ_RUN_IOS || bytes + ios[j].len > TXN_READ_RUN_BYTES) {
-			runs[n++] = j;
-			bytes = 0;
-		}
-		bytes += ios[j].len;
-	}
-	runs[n] = n_io;
-	tt_workers_for(layer_workers(t->s, n_io), n, layer_read_run, &ls);
-	free(runs);
-	return 0;
-}
-
-/*
- * A large layer to read whose every object the CPU copies (tmpfs, the page
- * cache) is read at wait by the store's threads, each hashing what it has
- * just copied: one pass over memory less than copies by io_uring's workers
- * followed by the hash.
- */
-static int cpu_read_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io)
-{
-	struct tt_store *s = t->s;
-
-	if (t->write || !layer_workers(s, n_io))
-		return 0;
-	for (unsigned j = 0; j < n_io; j++)
-		if (!tt_engine_cpu_reads(s->eng, ios[j].member))
-			return 0;
-	return 1;
-}
-
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		 const uint32_t *block_ids)
 {
@@ -489,7 +368,7 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	t->batch[layer].ios = ios;
 	t->batch[layer].n = n_io;
 	t->layer_state[layer] = LAYER_SUBMITTED;
-	if (cpu_read_layer(t, ios, n_io)) {
+	if (txn_cpu_read_layer(t, ios, n_io)) {
 		for (unsigned j = 0; j < n_io; j++)
 			ios[j].res = 1;	/* pending */
 		t->cpu_read[layer] = 1;
@@ -500,7 +379,7 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		tt_written_add_ios(s, ios, n_io, 0);	/* handed to the device */
 	/* Hash what is being written while the device moves it (both only read). */
 	if (t->write)
-		layer_sums(t, layer, ios, n_io, dst, 0);
+		txn_layer_sums(t, layer, ios, n_io, dst, 0);
 	if (ret) {
 		char why[256];
 
@@ -538,7 +417,7 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		return ret ? tt_seterr(ret, "layer %u failed: %s", layer, strerror(-ret)) : 0;
 	}
 	if (t->cpu_read[layer]) {
-		ret = layer_read_now(t, layer, b->ios, b->n, t->dst[layer]);
+		ret = txn_layer_read_now(t, layer, b->ios, b->n, t->dst[layer]);
 		if (ret)
 			for (uint32_t j = 0; j < b->n; j++)
 				b->ios[j].res = ret;	/* none read: every block fails */
@@ -556,7 +435,7 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		}
 	}
 	if (!t->write && !t->cpu_read[layer])
-		layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1);
+		txn_layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1);
 	if (ret) {
 		t->layer_ret[layer] = ret;
 		tt_seterr(ret, "I/O error in layer %u: %s", layer, strerror(-ret));

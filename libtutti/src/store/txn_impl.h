@@ -46,6 +46,13 @@ void txn_fail_moved(struct tt_txn *t, int err);
 void txn_fail_layer(struct tt_txn *t, uint32_t layer, int err);
 int txn_io_error(const struct tt_io *io);
 
+/* txn_cpu.c: the CPU's share of a host-memory layer, on the store's threads. */
+void txn_layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
+		    char **dst, int read);
+int txn_cpu_read_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io);
+int txn_layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
+		       char **dst);
+
 /* txn_dev.c: the bound transaction's steps (txn.c calls them when t->dpo). */
 int txn_dev_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem);
 int txn_dev_wait(struct tt_txn *t, uint32_t layer);
