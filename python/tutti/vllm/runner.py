@@ -11,7 +11,8 @@ time), concurrent (all prompts in one batch), first_token_times (all prompts at
 once through the engine's loop, each one's time to its first token),
 max_num_batched_tokens,
 prefix_caching (vLLM's own), abort_after_s (SIGKILL ourselves mid-run),
-engine_args (more keyword arguments of vLLM's LLM, e.g. disable_hybrid_kv_cache_manager).
+engine_args (more keyword arguments of vLLM's LLM, e.g. disable_hybrid_kv_cache_manager),
+logprobs (with concurrent false: each generated token's top N tokens and logprobs, in "logprobs").
 """
 import glob
 import json
@@ -136,11 +137,13 @@ def run(spec):
             time.sleep(spec["abort_after_s"])
             os.kill(os.getpid(), 9)
         threading.Thread(target=_kill, daemon=True).start()
-    greedy = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0.0, ignore_eos=True)
+    greedy = SamplingParams(max_tokens=spec.get("max_tokens", 8), temperature=0.0, ignore_eos=True,
+                            logprobs=spec.get("logprobs"))
     first = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
     prompts = [{"prompt_token_ids": p} for p in spec["prompts"]]
     ttft = []
     outputs = []
+    logprobs: list = []  # with spec "logprobs" and one prompt at a time
     t1 = time.perf_counter()
     if spec.get("ttft"):
         for p in prompts:
@@ -172,9 +175,11 @@ def run(spec):
         for p in prompts:
             res = llm.generate([p], greedy, use_tqdm=False)
             outputs.append(list(res[0].outputs[0].token_ids))
+            if spec.get("logprobs"):  # per generated token: the top tokens and their logprobs
+                logprobs.append([[[t, v.logprob] for t, v in d.items()] for d in res[0].outputs[0].logprobs])
     gen_s = time.perf_counter() - t1
     del llm
-    return {"outputs": outputs, "ttft_s": ttft, "first_token_s": first_token_s,
+    return {"outputs": outputs, "logprobs": logprobs, "ttft_s": ttft, "first_token_s": first_token_s,
             "pid": os.getpid(), "ppid": os.getppid(),
             "ttft_median_s": statistics.median(ttft) if ttft else None,
             "init_s": init_s, "gen_s": gen_s, "stats": _stats_totals(stats_dir)}
