@@ -5,7 +5,7 @@
  * request size limit, report errors per io (also inside one merged request:
  * each io is moved again on its own), and batches larger than the ring still
  * complete.  Reads the CPU copies (a buffered or tmpfs member) run on
- * io_uring's workers, or on any thread with tt_engine_read_now(); work the
+ * io_uring's workers, or on any thread with tt_engine_move_now(); work the
  * kernel cancels because no worker can be started is done with a syscall
  * instead of failing.
  */
@@ -171,7 +171,7 @@ static void check_without_threads(const char *path)
  * and hash a large layer at once): exact, past the end -EIO, and refused for
  * a member a device moves or an engine with a queue of its own.
  */
-static void check_read_now(int fd, int direct_fd)
+static void check_move_now(int fd, int direct_fd)
 {
 	struct tt_engine_stats st;
 	struct tt_engine *e;
@@ -181,16 +181,16 @@ static void check_read_now(int fd, int direct_fd)
 
 	for (unsigned i = 0; i < OBJ; i++)
 		want[i] = (uint8_t)(i * 7 + 3);
-	tap_eq(pwrite(fd, want, OBJ, 3 * OBJ), OBJ, "read_now: object written");
-	tap_eq(tt_engine_open("uring", &fd, 1, NULL, &e), 0, "read_now: open");
-	tap_ok(tt_engine_cpu_reads(e, 0), "read_now: a buffered/tmpfs member is read by the CPU");
-	tap_ok(!tt_engine_cpu_reads(e, 1), "read_now: no member 1");
-	tap_eq(tt_engine_read_now(e, &io, 1), 0, "read_now: read");
-	tap_ok(io.res == 0 && !memcmp(buf, want, OBJ), "read_now: exact");
+	tap_eq(pwrite(fd, want, OBJ, 3 * OBJ), OBJ, "move_now: object written");
+	tap_eq(tt_engine_open("uring", &fd, 1, NULL, &e), 0, "move_now: open");
+	tap_ok(tt_engine_cpu_reads(e, 0), "move_now: a buffered/tmpfs member is read by the CPU");
+	tap_ok(!tt_engine_cpu_reads(e, 1), "move_now: no member 1");
+	tap_eq(tt_engine_move_now(e, &io, 1), 0, "move_now: read");
+	tap_ok(io.res == 0 && !memcmp(buf, want, OBJ), "move_now: exact");
 	fstat(fd, &sb);
 	io.off = (uint64_t)sb.st_size + OBJ;
-	tap_eq(tt_engine_read_now(e, &io, 1), (unsigned long long)-EIO, "read_now: past the end is -EIO");
-	tap_eq(io.res, -EIO, "read_now: and so is its result");
+	tap_eq(tt_engine_move_now(e, &io, 1), (unsigned long long)-EIO, "move_now: past the end is -EIO");
+	tap_eq(io.res, -EIO, "move_now: and so is its result");
 	{
 		/* A run of two: one preadv; one that crosses the end: each io its own verdict. */
 		struct tt_io run[2] = {
@@ -198,29 +198,31 @@ static void check_read_now(int fd, int direct_fd)
 			{ .buf = buf + OBJ, .off = 3 * OBJ, .len = OBJ, .op = TT_OP_READ },
 		};
 
-		tap_eq(tt_engine_read_now(e, run, 2), 0, "read_now: a run of two");
-		tap_ok(!memcmp(buf + OBJ, want, OBJ), "read_now: the run's second object exact");
+		tap_eq(tt_engine_move_now(e, run, 2), 0, "move_now: a run of two");
+		tap_ok(!memcmp(buf + OBJ, want, OBJ), "move_now: the run's second object exact");
 		run[0].off = (uint64_t)sb.st_size - OBJ;
 		run[1].off = (uint64_t)sb.st_size;
-		tap_eq(tt_engine_read_now(e, run, 2), (unsigned long long)-EIO, "read_now: run past the end");
+		tap_eq(tt_engine_move_now(e, run, 2), (unsigned long long)-EIO, "move_now: run past the end");
 		tap_ok(run[0].res == 0 && run[1].res == -EIO,
-		       "read_now: only the io past the end fails (%d, %d)", run[0].res, run[1].res);
+		       "move_now: only the io past the end fails (%d, %d)", run[0].res, run[1].res);
 		run[1].off = run[0].off + 2 * OBJ;
-		tap_eq(tt_engine_read_now(e, run, 2), (unsigned long long)-EINVAL,
-		       "read_now: not adjacent on the member: refused");
+		tap_eq(tt_engine_move_now(e, run, 2), (unsigned long long)-EINVAL,
+		       "move_now: not adjacent on the member: refused");
 	}
 	io.op = TT_OP_WRITE;
-	tap_eq(tt_engine_read_now(e, &io, 1), (unsigned long long)-EINVAL, "read_now: reads only");
+	tap_ok(!tt_engine_cpu_writes(e, 0), "move_now: a disk file's writes are not the CPU's to spread");
+	tap_eq(tt_engine_move_now(e, &io, 1), (unsigned long long)-EINVAL,
+	       "move_now: so a write is refused");
 	tt_engine_get_stats(e, &st);
-	tap_ok(st.ios == 4 && st.bytes_read == 4 * OBJ, "read_now: counted (%llu ios, %llu bytes)",
+	tap_ok(st.ios == 4 && st.bytes_read == 4 * OBJ, "move_now: counted (%llu ios, %llu bytes)",
 	       (unsigned long long)st.ios, (unsigned long long)st.bytes_read);
 	tt_engine_close(e);
-	tap_eq(tt_engine_open("fault:uring", &fd, 1, NULL, &e), 0, "read_now: fault engine open");
-	tap_ok(!tt_engine_cpu_reads(e, 0), "read_now: never behind the fault engine (its faults apply)");
+	tap_eq(tt_engine_open("fault:uring", &fd, 1, NULL, &e), 0, "move_now: fault engine open");
+	tap_ok(!tt_engine_cpu_reads(e, 0), "move_now: never behind the fault engine (its faults apply)");
 	tt_engine_close(e);
 	if (direct_fd != fd) {
-		tap_eq(tt_engine_open("uring", &direct_fd, 1, NULL, &e), 0, "read_now: O_DIRECT open");
-		tap_ok(!tt_engine_cpu_reads(e, 0), "read_now: not for an O_DIRECT member on a disk");
+		tap_eq(tt_engine_open("uring", &direct_fd, 1, NULL, &e), 0, "move_now: O_DIRECT open");
+		tap_ok(!tt_engine_cpu_reads(e, 0), "move_now: not for an O_DIRECT member on a disk");
 		tt_engine_close(e);
 	} else {
 		tap_skip("no O_DIRECT on this filesystem");
@@ -228,6 +230,64 @@ static void check_read_now(int fd, int direct_fd)
 	}
 	free(buf);
 	free(want);
+}
+
+/*
+ * A tmpfs member is mapped: tt_engine_move_now() writes and reads it by
+ * memcpy on any thread, coherent with the file's other users, a hole filled
+ * on write; read-only opens are never written; past the end still -EIO.
+ */
+static void check_move_now_ram(const char *path, const char *how)
+{
+	enum { N = 16 };
+	uint8_t *buf = aligned_alloc(OBJ, 2 * OBJ), *got = aligned_alloc(OBJ, 2 * OBJ);
+	struct tt_io run[2] = {
+		{ .buf = buf, .off = 2 * OBJ, .len = OBJ, .op = TT_OP_WRITE },
+		{ .buf = buf + OBJ, .off = 3 * OBJ, .len = OBJ, .op = TT_OP_WRITE },
+	};
+	struct tt_engine_stats st;
+	struct tt_engine *e;
+	int fd = open(path, O_RDWR), ro;
+
+	setenv("TUTTI_TMPFS_MAP", how, 1);
+	tap_ok(fd >= 0 && !ftruncate(fd, 0) && !ftruncate(fd, (off_t)N * OBJ),
+	       "ram (%s): a sparse tmpfs member", how);
+	for (unsigned i = 0; i < 2 * OBJ; i++)
+		buf[i] = (uint8_t)(i * 13 + 5);
+	tap_eq(tt_engine_open("uring", &fd, 1, NULL, &e), 0, "ram: open");
+	tap_ok(tt_engine_cpu_writes(e, 0) && tt_engine_cpu_reads(e, 0),
+	       "ram: its writes and reads are the CPU's, on any thread");
+	tap_eq(tt_engine_move_now(e, run, 2), 0, "ram: a run of two written into a hole");
+	tap_ok(pread(fd, got, 2 * OBJ, 2 * OBJ) == 2 * OBJ && !memcmp(got, buf, 2 * OBJ),
+	       "ram: the file reads what was written through the map");
+	memset(got, 0x5a, OBJ);
+	tap_eq(pwrite(fd, got, OBJ, 7 * OBJ), OBJ, "ram: written through the file");
+	run[0] = (struct tt_io){ .buf = buf, .off = 7 * OBJ, .len = OBJ, .op = TT_OP_READ };
+	tap_eq(tt_engine_move_now(e, run, 1), 0, "ram: read through the map");
+	tap_ok(!memcmp(buf, got, OBJ), "ram: and what the file wrote is what the map reads");
+	run[0].off = (uint64_t)N * OBJ;
+	tap_eq(tt_engine_move_now(e, run, 1), (unsigned long long)-EIO, "ram: past the end is -EIO");
+	tt_engine_get_stats(e, &st);
+	tap_ok(st.bytes_written == 2 * OBJ && st.bytes_read == OBJ && st.ios == 3,
+	       "ram: counted (%llu written, %llu read, %llu ios)", (unsigned long long)st.bytes_written,
+	       (unsigned long long)st.bytes_read, (unsigned long long)st.ios);
+	tt_engine_close(e);
+	ro = open(path, O_RDONLY);
+	tap_eq(tt_engine_open("uring", &ro, 1, NULL, &e), 0, "ram: read-only open");
+	tap_ok(!tt_engine_cpu_writes(e, 0) && tt_engine_cpu_reads(e, 0), "ram: read-only: never written");
+	run[0].off = 2 * OBJ;
+	tap_eq(tt_engine_move_now(e, run, 1), 0, "ram: read-only: read");
+	run[0].op = TT_OP_WRITE;
+	tap_eq(tt_engine_move_now(e, run, 1), (unsigned long long)-EINVAL, "ram: read-only: write refused");
+	tt_engine_close(e);
+	tap_eq(tt_engine_open("fault:uring", &fd, 1, NULL, &e), 0, "ram: fault engine open");
+	tap_ok(!tt_engine_cpu_writes(e, 0), "ram: never behind the fault engine (its faults apply)");
+	tt_engine_close(e);
+	close(ro);
+	close(fd);
+	unsetenv("TUTTI_TMPFS_MAP");
+	free(buf);
+	free(got);
 }
 
 int main(void)
@@ -246,12 +306,21 @@ int main(void)
 	run("psync", dfd);
 	run("uring", fd);	/* buffered: reads on io_uring's workers */
 	check_without_threads(path);
-	check_read_now(fd, dfd);
+	check_move_now(fd, dfd);
 	sfd = mkstemp(shm);	/* tmpfs: reads on io_uring's workers */
 	if (sfd >= 0) {
 		run("uring", sfd);
+		check_move_now_ram(shm, "w");	/* the default: reads by preadv */
+		check_move_now_ram(shm, "rw");
+		setenv("TUTTI_TMPFS_MAP", "0", 1);
+		tap_eq(tt_engine_open("uring", &sfd, 1, NULL, &e), 0, "ram (0): open");
+		tap_ok(!tt_engine_cpu_writes(e, 0), "ram (0): not mapped: writes through the engine");
+		tt_engine_close(e);
+		unsetenv("TUTTI_TMPFS_MAP");
 		close(sfd);
 		unlink(shm);
+	} else {
+		tap_skip("no /dev/shm");
 	}
 	tap_eq(tt_engine_open("nosuch", &dfd, 1, NULL, &e), (unsigned long long)-EINVAL,
 	       "unknown engine: %s", tt_errmsg());

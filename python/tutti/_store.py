@@ -214,9 +214,10 @@ class Store:
 
         ``expect``: refuse (FingerprintMismatch) a store of another model.  ``verify=False`` skips read
         checksums (unsafe); ``shared`` takes no exclusive lock, for several cooperating processes.
-        ``cpu_threads``: threads for the CPU's share of a transfer (io_uring's copies when the members are in
-        the page cache or on tmpfs; each layer's checksums when host memory is moved); 0 = the CPUs the process
-        may run on, at most 8; 1 = the calling thread only.  A store
+        ``cpu_threads``: threads for the CPU's share of a transfer (the copies when the members are in the page
+        cache or on tmpfs — reads of large layers, and on tmpfs their writes too, copied and hashed by these
+        threads; each layer's checksums when host memory is moved); 0 = the CPUs the process may run on, at
+        most 8; 1 = the calling thread only.  A store
         of another format version, or with incompatible features this tutti does not know, is refused
         (errno EOPNOTSUPP); one with unknown read-only-compatible features opens only with
         ``readonly=True`` (else EROFS).

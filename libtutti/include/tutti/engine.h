@@ -150,24 +150,36 @@ void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st);
 
 /**
  * tt_engine_cpu_reads() - are reads of member @m memory copies the CPU makes
- * (tmpfs, the page cache) that tt_engine_read_now() may move?  0 for members
+ * (tmpfs, the page cache) that tt_engine_move_now() may move?  0 for members
  * a device moves, and for engines that move bytes otherwise (the fault
  * engine, tutti.ko queues).
  */
 int tt_engine_cpu_reads(const struct tt_engine *e, unsigned m);
 
 /**
- * tt_engine_read_now() - read @n ios on the calling thread, outside any batch
+ * tt_engine_cpu_writes() - may tt_engine_move_now() write member @m, several
+ * threads at once?  Only a RAM-backed member (tmpfs, ramfs) the engine has
+ * mapped writable: a file's write() takes its inode lock, so writes through
+ * the kernel would run one at a time however many threads make them.
+ */
+int tt_engine_cpu_writes(const struct tt_engine *e, unsigned m);
+
+/**
+ * tt_engine_move_now() - move @n ios on the calling thread, outside any batch
  * @e: engine
- * @ios: reads of one member tt_engine_cpu_reads() allows, each starting
- *       where the one before ends (one preadv); every res is set
+ * @ios: all reads of a member tt_engine_cpu_reads() allows, or all writes of
+ *       one tt_engine_cpu_writes() allows, each starting where the one
+ *       before ends; every res is set
  * @n: 1 to 256
  *
- * Any thread, several at once (the caller's threads copy and then hash
- * what they copied while it is in their cache).  A failed run is read again
- * io by io, so each io gets its own verdict.  Return: 0 or the first -errno.
+ * Any thread, several at once (the caller's threads hash what they have just
+ * copied, or are about to copy, while it is in their cache).  A mapped member
+ * is copied with memcpy after its pages are made present (a hole tmpfs cannot
+ * fill is an error, not a SIGBUS: that run goes through pread/pwrite, which
+ * say why); others with one preadv.  A failed run is moved again io by io,
+ * so each io gets its own verdict.  Return: 0 or the first -errno.
  */
-int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n);
+int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n);
 
 /* cffi: end */
 #pragma GCC visibility pop

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <limits.h>
 #include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <linux/magic.h>
 
@@ -74,6 +76,73 @@ int tt_fd_cpu_copies(int fd)
 	if (fstatfs(fd, &sf))
 		return 0;
 	return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ	22	/* Linux 5.14 */
+#define MADV_POPULATE_WRITE	23
+#endif
+
+static int fd_on_ram(int fd)
+{
+	struct statfs sf;
+
+	return !fstatfs(fd, &sf) && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
+}
+
+/*
+ * A tmpfs member's bytes are already memory: mapped, the store's threads copy
+ * them with memcpy, in parallel, where write() would take the file's inode
+ * lock for each call (measured: 3.2 GB/s stored on 16 CPUs, against 11 for
+ * separate files).  Only RAM filesystems: a disk file's read error would be a
+ * SIGBUS.  Needs MADV_POPULATE_* so that a page tmpfs cannot supply is an
+ * error returned, not a signal.
+ */
+void tt_engine_map_members(struct tt_engine *e)
+{
+	/*
+	 * Writes only by default: a process's first touch of a mapped page
+	 * costs more than pread's copy of it (2.2x slower first reads, 2 CPUs),
+	 * while preadv takes no lock on tmpfs.  "rw": reads too, "0": neither.
+	 */
+	const char *how = getenv("TUTTI_TMPFS_MAP");
+	int reads = how && !strcmp(how, "rw");
+
+	if (how && (!strcmp(how, "0") || !strcmp(how, "off")))
+		return;
+	for (unsigned m = 0; m < e->n_members; m++) {
+		int fd = e->fds[m], fl = fcntl(fd, F_GETFL), wr;
+		struct stat st;
+		void *p;
+
+		if (!e->cpu_copy[m] || fl < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+		    st.st_size <= 0 || !fd_on_ram(fd))
+			continue;
+		wr = (fl & O_ACCMODE) == O_RDWR;
+		p = mmap(NULL, (size_t)st.st_size, PROT_READ | (wr ? PROT_WRITE : 0), MAP_SHARED,
+			 fd, 0);
+		if (p == MAP_FAILED)
+			continue;
+		if (madvise(p, (size_t)sysconf(_SC_PAGESIZE), MADV_POPULATE_READ)) {
+			munmap(p, (size_t)st.st_size);	/* kernel before 5.14 */
+			continue;
+		}
+		e->map[m] = p;
+		e->map_len[m] = (uint64_t)st.st_size;
+		e->map_wr[m] = (uint8_t)wr;
+		e->map_rd[m] = (uint8_t)reads;
+	}
+}
+
+void tt_engine_unmap_members(struct tt_engine *e)
+{
+	for (unsigned m = 0; m < e->n_members; m++) {
+		if (e->map[m])
+			munmap(e->map[m], (size_t)e->map_len[m]);
+		e->map[m] = NULL;
+		e->map_wr[m] = 0;
+		e->map_rd[m] = 0;
+	}
 }
 
 static int init_engine(struct tt_engine *e, const struct tt_engine_ops *ops)
@@ -158,6 +227,7 @@ int tt_engine_open_plain(const char *name, const int *fds, unsigned n,
 		free(e);
 		return ret;
 	}
+	tt_engine_map_members(e);
 	*out = e;
 	return 0;
 }
@@ -167,6 +237,7 @@ void tt_engine_close(struct tt_engine *e)
 	if (!e)
 		return;
 	e->ops->fini(e);
+	tt_engine_unmap_members(e);
 	free(e);
 }
 
@@ -255,6 +326,11 @@ void tt_engine_get_stats(const struct tt_engine *e, struct tt_engine_stats *st)
 int tt_engine_cpu_reads(const struct tt_engine *e, unsigned m)
 {
 	return m < e->n_members && e->cpu_copy[m];
+}
+
+int tt_engine_cpu_writes(const struct tt_engine *e, unsigned m)
+{
+	return m < e->n_members && e->map_wr[m];
 }
 
 unsigned tt_next_req(const struct tt_engine *e, struct tt_batch *b, unsigned i,
@@ -412,17 +488,52 @@ int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
 	return ret;
 }
 
-int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
+/*
+ * A run of a mapped member copied by memcpy: 0, or 1 where the syscalls must
+ * move it instead (past the mapping, or a page the filesystem cannot supply,
+ * whose error pread/pwrite then report).  Another process truncating the
+ * member between the two steps would still be a SIGBUS (the store's lock
+ * keeps other stores out, not truncate(1)).
+ */
+static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, uint64_t bytes,
+		    uint64_t *calls)
+{
+	unsigned m = ios[0].member;
+	uint64_t off = ios[0].off, pg = (uint64_t)sysconf(_SC_PAGESIZE), start = off & ~(pg - 1);
+	char *p;
+
+	if (!e->map[m] || !(wr ? e->map_wr[m] : e->map_rd[m]) || off + bytes < off ||
+	    off + bytes > e->map_len[m])
+		return 1;
+	(*calls)++;
+	if (madvise(e->map[m] + start, off + bytes - start,
+		    wr ? MADV_POPULATE_WRITE : MADV_POPULATE_READ))
+		return 1;
+	p = e->map[m] + off;
+	for (unsigned k = 0; k < n; k++) {
+		if (wr)
+			memcpy(p, ios[k].buf, ios[k].len);
+		else
+			memcpy(ios[k].buf, p, ios[k].len);
+		p += ios[k].len;
+	}
+	return 0;
+}
+
+int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 {
 	struct iovec iov[TT_ENGINE_MAX_IOV];
 	uint64_t bytes = 0, calls = 0, moved = 0;
-	int res = 0;
+	int wr, res = 0;
 
 	if (!n || n > TT_ENGINE_MAX_IOV)
 		return -EINVAL;
+	wr = ios[0].op == TT_OP_WRITE;
 	for (unsigned k = 0; k < n; k++) {
-		if (!tt_engine_cpu_reads(e, ios[k].member) || ios[k].op != TT_OP_READ ||
-		    ios[k].member != ios[0].member || ios[k].off != ios[0].off + bytes) {
+		if (ios[k].op != ios[0].op || ios[k].member != ios[0].member ||
+		    ios[k].off != ios[0].off + bytes ||
+		    !(wr ? tt_engine_cpu_writes(e, ios[k].member) :
+			   ios[k].op == TT_OP_READ && tt_engine_cpu_reads(e, ios[k].member))) {
 			for (unsigned j = 0; j < n; j++)
 				ios[j].res = -EINVAL;
 			return -EINVAL;
@@ -431,7 +542,8 @@ int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 		iov[k].iov_len = ios[k].len;
 		bytes += ios[k].len;
 	}
-	res = iov_move(e->fds[ios[0].member], 0, iov, n, bytes, ios[0].off, &calls);
+	if (map_move(e, ios, n, wr, bytes, &calls))
+		res = iov_move(e->fds[ios[0].member], wr, iov, n, bytes, ios[0].off, &calls);
 	for (unsigned k = 0; k < n; k++)
 		ios[k].res = res;
 	if (!res)
@@ -442,7 +554,7 @@ int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 		for (unsigned k = 0; k < n; k++) {
 			iov[0].iov_base = ios[k].buf;
 			iov[0].iov_len = ios[k].len;
-			ios[k].res = iov_move(e->fds[ios[k].member], 0, iov, 1, ios[k].len,
+			ios[k].res = iov_move(e->fds[ios[k].member], wr, iov, 1, ios[k].len,
 					      ios[k].off, &calls);
 			if (ios[k].res && !res)
 				res = ios[k].res;
@@ -455,6 +567,7 @@ int tt_engine_read_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 	__atomic_add_fetch(&e->st.ios, moved, __ATOMIC_RELAXED);
 	for (unsigned k = 0; k < n; k++)
 		if (!ios[k].res)
-			__atomic_add_fetch(&e->st.bytes_read, ios[k].len, __ATOMIC_RELAXED);
+			__atomic_add_fetch(wr ? &e->st.bytes_written : &e->st.bytes_read, ios[k].len,
+					   __ATOMIC_RELAXED);
 	return res;
 }

@@ -41,7 +41,7 @@ struct tt_engine_ops {
 	int (*flush)(struct tt_engine *e);
 	/*
 	 * The engine reads members with plain pread/preadv (no queue of its
-	 * own between the file and memory): tt_engine_read_now() may read
+	 * own between the file and memory): tt_engine_move_now() may move
 	 * those the CPU copies on other threads.
 	 */
 	int preads;
@@ -54,11 +54,19 @@ struct tt_engine {
 	struct tt_engine_params p;
 	struct tt_engine_stats st;
 	uint8_t cpu_copy[TT_MAX_ENGINE_MEMBERS];	/* tt_engine_cpu_reads() */
+	/* RAM-backed members (tmpfs) mapped: tt_engine_move_now() copies them itself. */
+	char *map[TT_MAX_ENGINE_MEMBERS];
+	uint64_t map_len[TT_MAX_ENGINE_MEMBERS];
+	uint8_t map_wr[TT_MAX_ENGINE_MEMBERS];		/* tt_engine_cpu_writes() */
+	uint8_t map_rd[TT_MAX_ENGINE_MEMBERS];		/* reads too (TUTTI_TMPFS_MAP=rw) */
 	void *priv;
 };
 
 /* Reads of @fd are memory copies by the CPU: no O_DIRECT, or a RAM filesystem. */
 int tt_fd_cpu_copies(int fd);
+/* Map the RAM-backed members the CPU copies (engine.c, after init); undo. */
+void tt_engine_map_members(struct tt_engine *e);
+void tt_engine_unmap_members(struct tt_engine *e);
 
 /* A request: a run of ios adjacent on one member, moved by one syscall/SQE. */
 struct tt_req {

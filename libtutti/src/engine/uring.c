@@ -7,10 +7,11 @@
  * A read the CPU copies (a member in the page cache or tmpfs) would be
  * copied inline by the submitting thread, one core for the whole batch;
  * such reads go to io_uring's workers (IOSQE_ASYNC), a bounded number
- * (large layers the store reads on its own threads: tt_engine_read_now).
+ * (large layers the store reads on its own threads: tt_engine_move_now).
  * Writes stay inline: async they were slower on 2 cores (2.8-3.0 GB/s
  * against 3.7 into tmpfs) and on 16 (3.0-3.4 against 3.5-3.6), a file's
- * buffered writes being serialized by its inode lock anyway.
+ * buffered writes being serialized by its inode lock anyway (large layers
+ * to tmpfs the store copies into the member's mapping on its own threads).
  */
 #include <liburing.h>
 #include <stdlib.h>

@@ -293,6 +293,36 @@ static int cmp_io(const void *x, const void *y)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
+/*
+ * A write layer the store's threads hash and copy now (txn_cpu_layer): done
+ * when this returns, its I/O errors waiting for tt_txn_wait_layer() as an
+ * engine's would.
+ */
+static int txn_cpu_write_layer(struct tt_txn *t, uint32_t layer)
+{
+	struct tt_batch *b = &t->batch[layer];
+	uint32_t S = t->s->geo.n_spans;
+	int ret = txn_layer_move_now(t, layer, b->ios, b->n, t->dst[layer]);
+
+	if (ret) {
+		t->layer_state[layer] = LAYER_DONE;
+		txn_fail_layer(t, layer, ret);
+		return tt_seterr(ret, "layer %u: %s", layer, strerror(-ret));
+	}
+	tt_written_add_ios(t->s, b->ios, b->n, 1);
+	t->layer_state[layer] = LAYER_DONE;
+	for (uint32_t j = 0; j < b->n; j++) {
+		int err = txn_io_error(&b->ios[j]);
+
+		if (err) {
+			txn_fail_block(t, b->ios[j].tag / S, err);
+			if (!t->layer_ret[layer])
+				t->layer_ret[layer] = err;
+		}
+	}
+	return 0;
+}
+
 int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 		 const uint32_t *block_ids)
 {
@@ -368,10 +398,12 @@ int tt_txn_layer(struct tt_txn *t, uint32_t layer, const struct tt_memmap *mem,
 	t->batch[layer].ios = ios;
 	t->batch[layer].n = n_io;
 	t->layer_state[layer] = LAYER_SUBMITTED;
-	if (txn_cpu_read_layer(t, ios, n_io)) {
+	if (txn_cpu_layer(t, ios, n_io)) {
 		for (unsigned j = 0; j < n_io; j++)
 			ios[j].res = 1;	/* pending */
-		t->cpu_read[layer] = 1;
+		t->cpu_read[layer] = !t->write;
+		if (t->write)
+			return txn_cpu_write_layer(t, layer);
 		return 0;
 	}
 	ret = tt_engine_submit(s->eng, &t->batch[layer]);
@@ -417,7 +449,7 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		return ret ? tt_seterr(ret, "layer %u failed: %s", layer, strerror(-ret)) : 0;
 	}
 	if (t->cpu_read[layer]) {
-		ret = txn_layer_read_now(t, layer, b->ios, b->n, t->dst[layer]);
+		ret = txn_layer_move_now(t, layer, b->ios, b->n, t->dst[layer]);
 		if (ret)
 			for (uint32_t j = 0; j < b->n; j++)
 				b->ios[j].res = ret;	/* none read: every block fails */

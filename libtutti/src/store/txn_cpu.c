@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
  * The CPU's share of a host-memory transaction: each object's checksum, the
- * copy out of a bounce buffer, and the reads of large layers the CPU copies
+ * copy out of a bounce buffer, and the moves of large layers the CPU copies
  * itself (tmpfs, the page cache), spread over the store's threads.
  */
 #include <errno.h>
@@ -15,8 +15,8 @@
 
 /*
  * One layer's objects hashed (and, on read, copied out of a bounce buffer;
- * with @runs, first read by the hashing thread, run by run: the hash then
- * finds each object in that thread's cache instead of memory).
+ * with @runs, moved by the hashing thread run by run: the hash then finds
+ * each object in that thread's cache instead of memory).
  */
 struct layer_sums {
 	struct tt_txn *t;
@@ -24,7 +24,7 @@ struct layer_sums {
 	char **dst;
 	uint32_t layer;
 	int read;
-	const uint32_t *runs;	/* read now: run r is ios runs[r] .. runs[r + 1] - 1 */
+	const uint32_t *runs;	/* moved now: run r is ios runs[r] .. runs[r + 1] - 1 */
 };
 
 static void layer_sum_one(void *arg, unsigned j)
@@ -75,26 +75,33 @@ void txn_layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios,
 	tt_workers_for(layer_workers(t->s, n_io), n_io, layer_sum_one, &ls);
 }
 
-/* Read one run of objects adjacent on disk (one preadv), then hash each. */
-static void layer_read_run(void *arg, unsigned r)
+/*
+ * Move one run of objects adjacent on disk, each hashed where it is in this
+ * thread's cache: a read after its copy, a write before.
+ */
+static void layer_move_run(void *arg, unsigned r)
 {
 	const struct layer_sums *ls = arg;
 	uint32_t a = ls->runs[r], b = ls->runs[r + 1];
 
-	tt_engine_read_now(ls->t->s->eng, &ls->ios[a], b - a);
-	for (uint32_t j = a; j < b; j++)
-		layer_sum_one(arg, j);
+	if (!ls->read)
+		for (uint32_t j = a; j < b; j++)
+			layer_sum_one(arg, j);
+	tt_engine_move_now(ls->t->s->eng, &ls->ios[a], b - a);
+	if (ls->read)
+		for (uint32_t j = a; j < b; j++)
+			layer_sum_one(arg, j);
 }
 
-#define TXN_READ_RUN_BYTES	(256u << 10)	/* a run still in a core's cache when hashed */
-#define TXN_READ_RUN_IOS	256u		/* tt_engine_read_now()'s most ios */
+#define TXN_RUN_BYTES	(256u << 10)	/* a run still in a core's cache when hashed */
+#define TXN_RUN_IOS	256u		/* tt_engine_move_now()'s most ios */
 
-/* txn_cpu_read_layer()'s layer, read and hashed on the store's threads. */
-int txn_layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
-			  char **dst)
+/* txn_cpu_layer()'s layer, moved and hashed on the store's threads. */
+int txn_layer_move_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
+		       char **dst)
 {
 	uint32_t *runs = malloc(((size_t)n_io + 1) * sizeof(*runs));
-	struct layer_sums ls = { t, ios, dst, layer, 1, runs };
+	struct layer_sums ls = { t, ios, dst, layer, !t->write, runs };
 	unsigned n = 0;
 	uint64_t bytes = 0;
 
@@ -104,32 +111,35 @@ int txn_layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsi
 	for (unsigned j = 0; j < n_io; j++) {
 		if (!j || ios[j].member != ios[j - 1].member ||
 		    ios[j].off != ios[j - 1].off + ios[j - 1].len ||
-		    j - runs[n - 1] >= TXN_READ_RUN_IOS || bytes + ios[j].len > TXN_READ_RUN_BYTES) {
+		    j - runs[n - 1] >= TXN_RUN_IOS || bytes + ios[j].len > TXN_RUN_BYTES) {
 			runs[n++] = j;
 			bytes = 0;
 		}
 		bytes += ios[j].len;
 	}
 	runs[n] = n_io;
-	tt_workers_for(layer_workers(t->s, n_io), n, layer_read_run, &ls);
+	tt_workers_for(layer_workers(t->s, n_io), n, layer_move_run, &ls);
 	free(runs);
 	return 0;
 }
 
 /*
- * A large layer to read whose every object the CPU copies (tmpfs, the page
- * cache) is read at wait by the store's threads, each hashing what it has
- * just copied: one pass over memory less than copies by io_uring's workers
- * followed by the hash.
+ * A large layer whose every object the CPU copies is moved by the store's
+ * threads, each hashing what it copies while it is in its cache: one pass
+ * over memory less than copies by io_uring's workers (or inline, one thread)
+ * followed by the hash.  Reads: any member the CPU copies (tmpfs, the page
+ * cache), at wait.  Writes: only members written without a lock
+ * (tmpfs, mapped), at submit, as io_uring's inline writes were.
  */
-int txn_cpu_read_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io)
+int txn_cpu_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io)
 {
 	struct tt_store *s = t->s;
 
-	if (t->write || !layer_workers(s, n_io))
+	if (!layer_workers(s, n_io))
 		return 0;
 	for (unsigned j = 0; j < n_io; j++)
-		if (!tt_engine_cpu_reads(s->eng, ios[j].member))
+		if (t->write ? !tt_engine_cpu_writes(s->eng, ios[j].member) :
+			       !tt_engine_cpu_reads(s->eng, ios[j].member))
 			return 0;
 	return 1;
 }

@@ -49,8 +49,8 @@ int txn_io_error(const struct tt_io *io);
 /* txn_cpu.c: the CPU's share of a host-memory layer, on the store's threads. */
 void txn_layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
 		    char **dst, int read);
-int txn_cpu_read_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io);
-int txn_layer_read_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
+int txn_cpu_layer(struct tt_txn *t, const struct tt_io *ios, unsigned n_io);
+int txn_layer_move_now(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
 		       char **dst);
 
 /* txn_dev.c: the bound transaction's steps (txn.c calls them when t->dpo). */

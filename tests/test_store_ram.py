@@ -1,0 +1,117 @@
+"""A store on tmpfs: its members are mapped and large layers are copied by the store's threads with memcpy.
+
+What must hold there as anywhere: bytes exact in both directions, counted, and a tmpfs that runs out of
+space fails the saves that needed it with ENOSPC (a page tmpfs cannot supply must be an error, never a
+SIGBUS that kills the serving process), the store opening and checking clean afterwards.
+"""
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from tutti import PagedBuffer, Store
+
+
+@pytest.fixture
+def shm_dir():
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm on this machine")
+    d = tempfile.mkdtemp(dir="/dev/shm", prefix="tutti-test-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _layers(s, txn, buf, ids, wait=False):
+    for layer in range(s.geometry.n_layers):
+        txn.layer(layer, buf, ids)
+        if wait and layer:
+            txn.wait_layer(layer - 1)
+
+
+@pytest.mark.parametrize("n_members", [1, 2])
+def test_ram_members_exact_and_counted(shm_dir, llama_fp, rng, n_members):
+    paths = [os.path.join(shm_dir, f"m{i}.img") for i in range(n_members)]
+    Store.format(paths, llama_fp, n_slots=48)
+    n = 24  # 24 blocks x 2 spans x 32 KiB = 1.5 MiB a layer: the store's threads move it
+    keys = [f"ram-{i}" for i in range(n)]
+    with Store.open(paths, cpu_threads=4) as s, \
+            PagedBuffer.for_geometry(s.geometry, n) as src, PagedBuffer.for_geometry(s.geometry, n) as dst:
+        before = s.stats()
+        ids = rng.sample(range(n), n)
+        src.fill_random(ids, seed=rng.random())
+        with s.write(keys) as txn:
+            _layers(s, txn, src, ids)
+            assert txn.finish() == [0] * n
+        after = s.stats()
+        moved = n * s.block_bytes
+        wrote = after["engine"]["bytes_written"] - before["engine"]["bytes_written"]
+        assert moved <= wrote <= moved + (1 << 20)  # the data, then the slot table's pages
+        # What the map wrote is what the file holds: a check reads every object with pread.
+        res = s.check()
+        assert (res["checked"], res["bad"]) == (n, 0)
+        out = rng.sample(range(n), n)
+        with s.read(s.lookup(keys)) as rd:
+            _layers(s, rd, dst, out, wait=True)
+            assert rd.finish() == [0] * n
+        for i in range(n):
+            assert dst.contiguous_block(out[i]) == src.contiguous_block(ids[i]), i
+        assert s.stats()["engine"]["bytes_read"] - after["engine"]["bytes_read"] >= moved
+        want = src.contiguous_block(ids[5])
+    with Store.open(paths) as s:  # and after a reopen
+        assert s.check()["bad"] == 0
+        assert s.get(keys[5]) == want
+
+
+CHILD = textwrap.dedent("""
+    import errno, json, os, random, sys
+    from tutti import LLAMA3_8B, PagedBuffer, Store
+
+    d = sys.argv[1]
+    paths = [os.path.join(d, "s.img")]
+    Store.format(paths, LLAMA3_8B, n_slots=64)          # 128 MiB of slots on an 8 MiB tmpfs
+    n = 24
+    out = {}
+    with Store.open(paths, cpu_threads=4) as s, PagedBuffer.for_geometry(s.geometry, n) as src:
+        ids = list(range(n))
+        src.fill_random(ids, seed=1)
+        with s.write([f"k{i}" for i in range(n)]) as txn:
+            for layer in range(s.geometry.n_layers):
+                txn.layer(layer, src, ids)
+            out["statuses"] = txn.finish()
+        out["committed"] = s.info()["n_committed"]
+    with Store.open(paths) as s:
+        res = s.check()
+        out["check"] = [res["checked"], res["bad"], res["bad_records"]]
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def test_full_tmpfs_fails_saves_not_the_process(tmp_path):
+    """A store on a tmpfs smaller than the store: the save that finds no space fails with ENOSPC."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs of its own")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=8m tmpfs {mnt}"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {probe.stderr.strip()}")
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f'mount -t tmpfs -o size=8m tmpfs "{mnt}" && exec "{sys.executable}" '
+         f'"{script}" "{mnt}"'], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])  # -7 would be SIGBUS
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, proc.stdout
+    import json
+    out = json.loads(line[0][len("RESULT "):])
+    # 24 blocks of 2 MiB cannot fit in 8 MiB: every block has a layer that found no space.
+    assert set(out["statuses"]) == {-errno.ENOSPC}, out
+    assert out["committed"] == 0
+    assert out["check"] == [0, 0, 0]
