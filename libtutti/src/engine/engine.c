@@ -119,6 +119,8 @@ void tt_engine_map_members(struct tt_engine *e)
 		    st.st_size <= 0 || !fd_on_ram(fd))
 			continue;
 		wr = (fl & O_ACCMODE) == O_RDWR;
+		if (!wr && !reads)
+			continue;	/* nothing would go through it */
 		p = mmap(NULL, (size_t)st.st_size, PROT_READ | (wr ? PROT_WRITE : 0), MAP_SHARED,
 			 fd, 0);
 		if (p == MAP_FAILED)
