@@ -66,29 +66,24 @@ static int unknown_engine(const char *name)
 	return tt_seterr(-EINVAL, "unknown engine '%s' (%sauto)", name, names);
 }
 
-int tt_fd_cpu_copies(int fd)
-{
-	struct statfs sf;
-	int fl = fcntl(fd, F_GETFL);
-
-	if (fl >= 0 && !(fl & O_DIRECT))
-		return 1;
-	if (fstatfs(fd, &sf))
-		return 0;
-	return sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC;
-}
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ	22	/* Linux 5.14 */
-#define MADV_POPULATE_WRITE	23
-#endif
-
 static int fd_on_ram(int fd)
 {
 	struct statfs sf;
 
 	return !fstatfs(fd, &sf) && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
 }
+
+int tt_fd_cpu_copies(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return (fl >= 0 && !(fl & O_DIRECT)) || fd_on_ram(fd);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ	22	/* Linux 5.14 */
+#define MADV_POPULATE_WRITE	23
+#endif
 
 /*
  * A tmpfs member's bytes are already memory: mapped, the store's threads copy

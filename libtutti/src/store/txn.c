@@ -301,7 +301,6 @@ static int cmp_io(const void *x, const void *y)
 static int txn_cpu_write_layer(struct tt_txn *t, uint32_t layer)
 {
 	struct tt_batch *b = &t->batch[layer];
-	uint32_t S = t->s->geo.n_spans;
 	int ret = txn_layer_move_now(t, layer, b->ios, b->n, t->dst[layer]);
 
 	if (ret) {
@@ -311,15 +310,7 @@ static int txn_cpu_write_layer(struct tt_txn *t, uint32_t layer)
 	}
 	tt_written_add_ios(t->s, b->ios, b->n, 1);
 	t->layer_state[layer] = LAYER_DONE;
-	for (uint32_t j = 0; j < b->n; j++) {
-		int err = txn_io_error(&b->ios[j]);
-
-		if (err) {
-			txn_fail_block(t, b->ios[j].tag / S, err);
-			if (!t->layer_ret[layer])
-				t->layer_ret[layer] = err;
-		}
-	}
+	t->layer_ret[layer] = txn_fail_ios(t, b->ios, b->n);
 	return 0;
 }
 
@@ -433,9 +424,8 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 {
 	struct tt_store *s = t->s;
 	const struct tt_geometry *g = &s->geo;
-	uint32_t S = g->n_spans;
 	struct tt_batch *b;
-	int ret;
+	int ret, err;
 
 	if (layer >= g->n_layers)
 		return tt_seterr(-ERANGE, "layer %u out of range", layer);
@@ -457,15 +447,9 @@ int tt_txn_wait_layer(struct tt_txn *t, uint32_t layer)
 		ret = tt_engine_wait(s->eng, b);
 	}
 	t->layer_state[layer] = LAYER_DONE;
-	for (uint32_t j = 0; j < b->n; j++) {
-		const struct tt_io *io = &b->ios[j];
-
-		if (txn_io_error(io)) {
-			txn_fail_block(t, io->tag / S, txn_io_error(io));
-			if (!ret)
-				ret = txn_io_error(io);
-		}
-	}
+	err = txn_fail_ios(t, b->ios, b->n);
+	if (!ret)
+		ret = err;
 	if (!t->write && !t->cpu_read[layer])
 		txn_layer_sums(t, layer, b->ios, b->n, t->dst[layer], 1);
 	if (ret) {

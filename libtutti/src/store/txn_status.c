@@ -49,3 +49,20 @@ int txn_io_error(const struct tt_io *io)
 		return 0;
 	return io->res < 0 ? io->res : -EIO;	/* > 0: never completed */
 }
+
+int txn_fail_ios(struct tt_txn *t, const struct tt_io *ios, uint32_t n)
+{
+	uint32_t S = t->s->geo.n_spans;
+	int first = 0;
+
+	for (uint32_t j = 0; j < n; j++) {
+		int err = txn_io_error(&ios[j]);
+
+		if (err) {
+			txn_fail_block(t, ios[j].tag / S, err);
+			if (!first)
+				first = err;
+		}
+	}
+	return first;
+}
