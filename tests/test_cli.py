@@ -183,6 +183,30 @@ def test_format_prints_geometry(tmp_path):
         assert word in res.output
 
 
+def test_format_reserves_the_space_unless_sparse(tmp_path):
+    """A file's whole size is held from format on (st_blocks), or only what format wrote with --sparse."""
+    full, thin = tmp_path / "full.img", tmp_path / "thin.img"
+    res = run(["format", full, *SMALL, "--capacity", "8MiB", "--json"])
+    info = json.loads(stdout_of(res))
+    size = full.stat().st_size
+    assert size >= 8 << 20 and info["allocated_bytes"] == {str(full): full.stat().st_blocks * 512}
+    assert info["allocated_bytes"][str(full)] >= size
+    res = run(["format", thin, *SMALL, "--capacity", "8MiB", "--sparse", "--json"])
+    held = json.loads(stdout_of(res))["allocated_bytes"][str(thin)]
+    assert thin.stat().st_size == size and held < size // 2, held
+    with Store.open([str(full)]) as s, Store.open([str(thin)]) as t:
+        assert s.geometry.n_slots == t.geometry.n_slots
+
+
+def test_format_larger_than_the_file_system_is_refused(tmp_path):
+    """The planned size against the free space, before anything is written, sparse or not."""
+    free = shutil.disk_usage(tmp_path).free
+    img = tmp_path / "big.img"
+    for extra in ([], ["--sparse"]):
+        res = run(["format", img, *SMALL, "--capacity", str(free + (1 << 30)), *extra], expect=EXIT_USAGE)
+        assert "room for" in res.output and not img.exists(), res.output
+
+
 # ------------------------------------------------------- info / errors
 
 

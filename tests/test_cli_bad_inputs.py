@@ -251,7 +251,7 @@ BAD_PROFILES = {"not-json": "{", "array": "[]", "not-utf8": b"\xff", "version": 
 FP = "tt_fingerprint"
 OPTIONS = {  # parameter name -> the catalogue of its bad values (the kind of value it takes)
     "version": flag, "as_json": flag, "force": flag, "yes": flag, "repair": flag, "progress": flag,
-    "no_fio": flag, "tiny": flag, "with_io": flag,
+    "no_fio": flag, "tiny": flag, "with_io": flag, "sparse": flag,
     "paths": members, "extra_paths": members, "store_paths": members, "model_config": model_config,
     "layers": fp_field("n_layers", other=("3", lambda: str(limits.field_max(FP, "n_layers")))),
     "kv_heads": fp_field("kv_heads", other=("2",)),

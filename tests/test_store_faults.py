@@ -140,7 +140,11 @@ def small_tmpfs(tmp_path):
 @pytest.mark.parametrize("engine", ["psync", "uring"])
 def test_full_filesystem_says_enospc_and_recovers_by_evicting(small_tmpfs, tiny_fp, engine):
     path = str(small_tmpfs / "kv.img")
-    Store.format([path], tiny_fp, n_slots=32)  # sparse: 1 MiB of blocks on 320 KiB
+    with pytest.raises(TuttiError) as refused:  # reserved at format (the default): refused there
+        Store.format([path], tiny_fp, n_slots=32)
+    assert refused.value.errno == errno.ENOSPC and "not enough space" in str(refused.value)
+    assert not os.path.exists(path)
+    Store.format([path], tiny_fp, n_slots=32, preallocate=False)  # sparse: 1 MiB of blocks on 320 KiB
     stored, failures = {}, []
     with Store.open([path], engine=engine) as s:
         for i in range(40):

@@ -73,9 +73,13 @@ CHILD = textwrap.dedent("""
 
     d = sys.argv[1]
     paths = [os.path.join(d, "s.img")]
-    Store.format(paths, LLAMA3_8B, n_slots=64)          # 128 MiB of slots on an 8 MiB tmpfs
+    try:                                                # 128 MiB of slots on an 8 MiB tmpfs
+        Store.format(paths, LLAMA3_8B, n_slots=64)
+        out = {"prealloc": "formatted"}
+    except OSError as e:
+        out = {"prealloc": [e.errno, "not enough space" in str(e), os.path.exists(paths[0])]}
+    Store.format(paths, LLAMA3_8B, n_slots=64, preallocate=False)  # sparse: the space is found short at saves
     n = 24
-    out = {}
     with Store.open(paths, cpu_threads=4) as s, PagedBuffer.for_geometry(s.geometry, n) as src:
         ids = list(range(n))
         src.fill_random(ids, seed=1)
@@ -92,7 +96,8 @@ CHILD = textwrap.dedent("""
 
 
 def test_full_tmpfs_fails_saves_not_the_process(tmp_path):
-    """A store on a tmpfs smaller than the store: the save that finds no space fails with ENOSPC."""
+    """A store on a tmpfs smaller than the store: format refuses it (the default reserves the space);
+    formatted sparse, the save that finds no space fails with ENOSPC."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare(1) to mount a small tmpfs of its own")
     mnt = tmp_path / "small"
@@ -111,6 +116,8 @@ def test_full_tmpfs_fails_saves_not_the_process(tmp_path):
     assert line, proc.stdout
     import json
     out = json.loads(line[0][len("RESULT "):])
+    # Reserved at format: refused there, with the reason, and the file it created is gone.
+    assert out["prealloc"] == [errno.ENOSPC, True, False], out
     # 24 blocks of 2 MiB cannot fit in 8 MiB: every block has a layer that found no space.
     assert set(out["statuses"]) == {-errno.ENOSPC}, out
     assert out["committed"] == 0

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "tutti/tutti.h"
@@ -379,6 +380,58 @@ static void test_plan_arithmetic(void)
 	tap_eq(g.n_slots, TT_MAX_SLOTS, "slots capped at the limit");
 }
 
+static uint64_t allocated(const char *p)
+{
+	struct stat st;
+
+	return stat(p, &st) ? 0 : (uint64_t)st.st_blocks * 512;
+}
+
+/* TT_FORMAT_PREALLOC: the space is held at format, and a store that cannot fit changes nothing. */
+static void test_preallocate(void)
+{
+	struct tt_format_params p = small_params();
+	struct tt_open_params op = { .engine = "psync" };
+	struct tt_geometry g;
+	struct tt_store *s = NULL;
+	struct statvfs vfs;
+	struct stat st;
+	uint64_t need;
+
+	p.n_slots = 64;
+	tap_eq(tt_store_plan(&p, 2, 0, &g, &need), 0, "plan 64 slots on 2 members");
+	unlink(path);
+	unlink(path2);
+	tap_eq(tt_store_format(paths, 2, &p), 0, "format sparse");
+	tap_ok(allocated(path2) < need, "sparse: member 1 holds %llu of %llu bytes",
+	       (unsigned long long)allocated(path2), (unsigned long long)need);
+	p.flags = TT_FORMAT_FORCE | TT_FORMAT_PREALLOC;
+	tap_eq(tt_store_format(paths, 2, &p), 0, "format --force, preallocated");
+	tap_ok(allocated(path) >= need && allocated(path2) >= need,
+	       "both members hold their whole size (%llu, %llu of %llu bytes)",
+	       (unsigned long long)allocated(path), (unsigned long long)allocated(path2),
+	       (unsigned long long)need);
+	tap_eq(tt_store_open(paths, 2, &op, &s), 0, "the preallocated store opens");
+	tt_store_close(s);
+
+	/* More than the file system has: refused before a byte is written or reserved. */
+	if (statvfs(dir, &vfs) || (uint64_t)vfs.f_bavail * vfs.f_frsize > (1ull << 43)) {
+		tap_skip("file system free space unknown or above 8 TiB");
+		return;
+	}
+	p = small_params();
+	p.flags = TT_FORMAT_FORCE | TT_FORMAT_PREALLOC;
+	p.n_slots = (uint64_t)vfs.f_bavail * vfs.f_frsize / (2 * 2 * 4096) + 1024;
+	tap_eq((unsigned long long)-tt_store_format(paths, 1, &p), ENOSPC,
+	       "a store larger than the free space: -ENOSPC (%s)", tt_errmsg());
+	if (stat(path, &st))
+		st.st_size = -1;
+	tap_ok(st.st_size >= 0 && (uint64_t)st.st_size < (1ull << 30),
+	       "the member kept its size (%lld bytes)", (long long)st.st_size);
+	tap_eq(tt_store_open(paths, 2, &op, &s), 0, "the store that was there still opens");
+	tt_store_close(s);
+}
+
 int main(void)
 {
 	if (!mkdtemp(dir))
@@ -392,6 +445,7 @@ int main(void)
 	test_compat();
 	test_members_agree();
 	test_plan_arithmetic();
+	test_preallocate();
 
 	unlink(path);
 	unlink(path2);

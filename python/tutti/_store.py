@@ -161,18 +161,21 @@ class Store:
 
     @classmethod
     def format(cls, paths, fingerprint, *, n_slots=None, capacity_bytes=None, n_spans=2,
-               span_bytes=None, stripe_objs=None, force=False) -> None:
+               span_bytes=None, stripe_objs=None, force=False, preallocate=True) -> None:
         """Write a new, empty store over ``paths`` (files are created or extended).
 
         Without a size the store fills the smallest member.  Everything is checked before anything is
-        written; an existing store is kept unless ``force``.
+        written; an existing store is kept unless ``force``.  ``preallocate``: a file member's whole
+        size is reserved now (fallocate: the extent pool, no allocation on the I/O path, ENOSPC here
+        rather than at a save; on tmpfs its RAM is taken and zeroed now, not at each first write);
+        False leaves holes, filled as blocks are first written.
         """
         b = cls._binding
         paths, cpaths, keep = _member_paths(b.ffi, paths)
         p = _format_params(b, fingerprint, n_spans, span_bytes, stripe_objs)
         if n_slots is not None or capacity_bytes is not None:
             _plan(b, p, len(paths), n_slots, capacity_bytes, None)
-        p.flags = b.lib.TT_FORMAT_FORCE if force else 0
+        p.flags = (b.lib.TT_FORMAT_FORCE if force else 0) | (b.lib.TT_FORMAT_PREALLOC if preallocate else 0)
         b.check(b.lib.tt_store_format(cpaths, len(paths), p), "format " + ", ".join(paths))
         del keep  # the C strings must live until here
 

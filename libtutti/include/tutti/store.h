@@ -60,6 +60,8 @@ struct tt_txn;
 
 /* tt_format_params.flags */
 #define TT_FORMAT_FORCE		(1u << 0)	/* overwrite an existing store */
+/* files: take their whole size now (fallocate), not block by block as written */
+#define TT_FORMAT_PREALLOC	(1u << 1)
 
 struct tt_format_params {
 	struct tt_fingerprint fp;
@@ -215,6 +217,9 @@ int tt_store_plan(struct tt_format_params *p, unsigned n_members,
  * Checks everything before writing anything: sizes, mounts, an existing
  * store (kept unless TT_FORMAT_FORCE): a member holding a Tutti superblock
  * of any version, valid or damaged, in either copy (tt_store_probe()).
+ * With TT_FORMAT_PREALLOC each file's space is reserved before anything is
+ * written (an extent pool: no allocation on the I/O path, -ENOSPC here
+ * rather than at a save; -EOPNOTSUPP where the file system cannot).
  * Return: 0 or a negative errno (-EEXIST: a store is there).
  */
 int tt_store_format(const char *const *paths, unsigned n,

@@ -173,6 +173,12 @@ int tt_store_format(const char *const *paths, unsigned n,
 			goto fail;
 		}
 	}
+	/* Reserving space changes no byte: an old store survives a failure here. */
+	for (unsigned i = 0; i < n && (p.flags & TT_FORMAT_PREALLOC); i++) {
+		ret = tt_member_preallocate(&m[i], need);
+		if (ret)
+			goto fail;
+	}
 	ret = random_uuid(uuid);
 	if (ret)
 		goto fail;

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -191,6 +192,52 @@ int tt_member_resize(struct tt_member *m, uint64_t size)
 				 (unsigned long long)size, strerror(errno));
 	m->size = size;
 	return 0;
+}
+
+/*
+ * fallocate(2) proper, never glibc's posix_fallocate(), which falls back to
+ * writing a byte per block: a file system that cannot reserve space is
+ * refused with the way out, not emulated slowly.  The free space is checked
+ * first, so a store that cannot fit never fills the file system on its way
+ * to ENOSPC; a failure gives back what it grew.
+ */
+int tt_member_preallocate(struct tt_member *m, uint64_t size)
+{
+	struct statvfs vfs;
+	struct stat st;
+	uint64_t have, avail;
+	int err, undo;
+
+	if (m->is_blk || m->is_chr || !size)
+		return 0;
+	if (fstat(m->fd, &st) || fstatvfs(m->fd, &vfs))
+		return tt_seterr(-errno, "%s: %s", m->path, strerror(errno));
+	have = (uint64_t)st.st_blocks * 512;
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (have < size && size - have > avail)
+		return tt_seterr(-ENOSPC, "%s: not enough space for %llu bytes (%llu "
+				 "free; a smaller capacity, or --sparse to take space only "
+				 "as blocks are written)", m->path,
+				 (unsigned long long)size, (unsigned long long)avail);
+	do {
+		err = fallocate(m->fd, 0, 0, (off_t)size) ? errno : 0;
+	} while (err == EINTR);
+	if (!err) {
+		if (m->size < size)
+			m->size = size;
+		return 0;
+	}
+	undo = ftruncate(m->fd, st.st_size);	/* the error reported is fallocate's */
+	(void)undo;
+	if (err == EOPNOTSUPP || err == ENOSYS)
+		return tt_seterr(-EOPNOTSUPP, "%s: the file system cannot preallocate "
+				 "space (format it sparse: --sparse)", m->path);
+	if (err == ENOSPC)
+		return tt_seterr(-ENOSPC, "%s: not enough space for %llu bytes (a "
+				 "smaller capacity, or --sparse to take space only as "
+				 "blocks are written)", m->path, (unsigned long long)size);
+	return tt_seterr(-err, "%s: preallocate %llu bytes: %s", m->path,
+			 (unsigned long long)size, strerror(err));
 }
 
 static int member_io(struct tt_member *m, void *buf, uint64_t len, uint64_t off,

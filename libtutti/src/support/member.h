@@ -26,6 +26,8 @@ struct tt_member {
 int tt_member_open(const char *path, unsigned flags, struct tt_member *m);
 void tt_member_close(struct tt_member *m);
 int tt_member_resize(struct tt_member *m, uint64_t size);
+/* A file's first @size bytes given disk (or RAM) space now; devices: no-op. */
+int tt_member_preallocate(struct tt_member *m, uint64_t size);
 
 /* Synchronous whole-buffer I/O for metadata (buffer aligned to mem_align). */
 int tt_member_pread(struct tt_member *m, void *buf, uint64_t len, uint64_t off);

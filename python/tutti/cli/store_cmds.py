@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import stat
 import sys
 
 import click
@@ -69,13 +70,18 @@ def _store_held(path: str) -> str | None:
 @click.option("--stripe-objs", type=c_field(_FP, "stripe_objs"),
               help="stripe unit in objects (default: 1 MiB worth)")
 @click.option("--force", is_flag=True, help="overwrite an existing Tutti store")
+@click.option("--sparse", is_flag=True,
+              help="files: take space as blocks are first written (default: reserve the whole size now)")
 @click.option("--yes", "-y", is_flag=True, help="do not ask before destroying data")
 @_json_opt
-def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, yes, as_json, **model):
+def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, sparse, yes, as_json, **model):
     """Write a new, empty store over PATH... (files are created).
 
     Without --capacity or --slots the store fills the smallest member (block
-    devices); a regular file needs --capacity or --slots.
+    devices); a regular file needs --capacity or --slots.  A file's whole size
+    is reserved at format (fallocate; on tmpfs its memory is taken now), so a
+    save never waits for the file system to allocate and never finds it full;
+    --sparse leaves holes instead.
     """
     from ..bench import is_block_device, member_bytes
     from ..store import Store
@@ -111,24 +117,40 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, ye
         click.confirm("Format destroys the data on " + ", ".join(danger) + ". Continue?", abort=True)
 
     try:
-        Store.format(list(paths), fp, force=force, **layout, **sizing)
+        Store.format(list(paths), fp, force=force, preallocate=not sparse, **layout, **sizing)
     except ValueError as e:
         raise CliError(f"format: {e}", EXIT_USAGE) from None
     except OSError as e:
         if e.errno == errno.EEXIST:
             raise CliError(f"{', '.join(paths)}: already holds a store; pass --force to overwrite it: "
                            f"{e.strerror or e}", EXIT_USAGE) from None
-        if e.errno in (errno.ENOSPC, errno.EINVAL, errno.EFBIG, errno.ERANGE):
+        if e.errno in (errno.ENOSPC, errno.EINVAL, errno.EFBIG, errno.ERANGE, errno.EOPNOTSUPP):
             raise CliError(f"format: {e.strerror or e}", EXIT_USAGE) from None
         raise _store_error(e, "format") from None
     with _open(paths, "format: reopening the new store", readonly=True) as s:
         info = _store_summary(s)
+    held_bytes = _file_space(paths)
+    if held_bytes:
+        info["allocated_bytes"] = held_bytes  # sparse or not, as the file system says
     if as_json:
         _emit_json(info)
         return
     con = make_console()
     con.print(f"Formatted {len(paths)} member(s): {', '.join(paths)}")
     _print_dict(con, "Store", info)
+
+
+def _file_space(paths) -> dict:
+    """Bytes the file system holds for each regular-file member (st_blocks): its size once reserved."""
+    out = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out[p] = st.st_blocks * 512
+    return out
 
 
 def _plan_fits(paths, fp, sizing: dict, layout: dict) -> None:

@@ -52,6 +52,7 @@ class TuttiConfig:
     path: list = field(default_factory=list)  # member paths; "{rank}" is the TP rank
     capacity: int = 4 << 30                   # bytes of KV data, when the store is created
     create: bool = True                       # format a missing store
+    preallocate: bool = True                  # ... reserving its whole size at once (False: sparse)
     engine: str = "auto"                      # libtutti I/O engine: auto, uring, psync
     data_path: str = "auto"                   # auto, cpu, staged, gds, gio, host (datapath.py)
     verify: bool = True                       # checksum every loaded block
@@ -72,8 +73,9 @@ class TuttiConfig:
     cluster: Any = None                       # tutti.cluster.ClusterConfig from the cluster_* keys; None: off
     profile: Any = None                       # tutti.sched.profile.ComputeProfile (load_policy auto's prior)
 
-    KEYS = ("path", "capacity", "create", "engine", "data_path", "verify", "model_id", "load_failure_policy",
-            "lookahead_layers", "cpu_threads", "write_policy", "save", "load", "load_policy", "save_mode",
+    KEYS = ("path", "capacity", "create", "preallocate", "engine", "data_path", "verify", "model_id",
+            "load_failure_policy", "lookahead_layers", "cpu_threads", "write_policy", "save", "load",
+            "load_policy", "save_mode",
             "max_pending_bytes", "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission",
             "profile")
 
@@ -96,7 +98,7 @@ class TuttiConfig:
             c.path = [os.fspath(x) for x in paths]
         if "capacity" in extra:
             c.capacity = parse_size(extra["capacity"])
-        for name in ("create", "verify", "save", "load"):
+        for name in ("create", "preallocate", "verify", "save", "load"):
             if name in extra:
                 setattr(c, name, _bool(extra[name], name))
         if "engine" in extra:

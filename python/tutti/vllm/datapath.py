@@ -165,9 +165,10 @@ def _create_if_missing(cfg, paths, fp, layout, log):
     for p in paths:
         os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
     Store.format(paths, fp, capacity_bytes=cfg.capacity, n_spans=layout.n_spans,
-                 span_bytes=layout.span_bytes)
-    log.info("tutti: created store %s (%d bytes of KV, %d x %d spans of %d bytes per block)",
-             paths, cfg.capacity, layout.n_layers, layout.n_spans, layout.span_bytes)
+                 span_bytes=layout.span_bytes, preallocate=cfg.preallocate)
+    log.info("tutti: created store %s (%d bytes of KV, %d x %d spans of %d bytes per block, %s)",
+             paths, cfg.capacity, layout.n_layers, layout.n_spans, layout.span_bytes,
+             "space reserved" if cfg.preallocate else "sparse")
 
 
 def _check_geometry(store, paths, layout):
