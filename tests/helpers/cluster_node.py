@@ -34,7 +34,8 @@ def main():
                         batch_blocks=int(os.environ.get("NODE_BATCH", "8")),
                         inflight_batches=int(os.environ.get("NODE_INFLIGHT", "4")),
                         send_threads=int(os.environ.get("NODE_SENDS", "0")),
-                        peer_quarantine_s=float(os.environ.get("NODE_QUARANTINE", "30")))
+                        peer_quarantine_s=float(os.environ.get("NODE_QUARANTINE", "30")),
+                        replicas=int(os.environ.get("NODE_REPLICAS", "0")))
     node = ClusterNode(store, cfg)
     bb = store.block_bytes
     print(json.dumps({"ok": "ready", "block_bytes": bb}), flush=True)
@@ -58,11 +59,18 @@ def main():
                 if "chunk_bytes" in cmd:
                     node.REPLICA_CHUNK_BYTES = cmd["chunk_bytes"]
                 keys = [key(s, cmd.get("model", model)) for s in cmd["seeds"]]
-                ok = node.fetch_into_store(keys)
+                transient: list = []
+                ok = node.fetch_into_store(keys, transient)
                 with node.store_lock:
                     out = {"ok": ok, "exact": [good and key_ in store and store.get(key_) == block(s, bb)
                                                for good, key_, s in zip(ok, keys, cmd["seeds"])],
-                           "flushes": store.stats()["engine"]["flushes"]}
+                           "flushes": store.stats()["engine"]["flushes"],
+                           "transient": [s for s, k in zip(cmd["seeds"], keys) if k in transient]}
+            elif op == "drop":  # transient copies used: out of the store, claims released
+                out = len(node.drop([key(s, model) for s in cmd["seeds"]]))
+            elif op == "holds":  # which of these blocks this node's own store holds
+                with node.store_lock:
+                    out = [x is not None for x in store.lookup([key(s, model) for s in cmd["seeds"]])]
             elif op == "prefix":
                 out = node.lookup_prefix([key(s, cmd.get("model", model)) for s in cmd["seeds"]])
             elif op == "withdraw":

@@ -82,6 +82,27 @@ def test_node_b_loads_what_node_a_computed(vtmp, model, prompts, baseline, block
     assert _blocks(path_b) >= work["remote_blocks"]
 
 
+def test_one_replica_node_b_uses_what_it_fetched_and_keeps_none(vtmp, model, prompts, baseline, block, master,
+                                                                 node_a):
+    """cluster_replicas 1: only the first holder keeps a block.  B loads A's blocks through its own
+    store (verified), gets the same outputs, then drops every copy: its store ends with only what it
+    computed itself."""
+    path_a, _ = node_a
+    owner = Owner(vtmp, path_a, master)
+    try:
+        path_b = os.path.join(vtmp, "cluster-b-one-replica", "kv.img")
+        res = run_engine(vtmp, "cluster-b-one-replica", model=model, prompts=prompts, store=path_b,
+                         extra={"capacity": "32MiB", **cluster_keys(master), "cluster_replicas": 1})
+    finally:
+        assert owner.stop() == 0
+    assert res["outputs"] == baseline
+    work = worker_stats(res)
+    assert work["remote_blocks"] * block >= len(prompts[0]) - block
+    assert work.get("remote_errors", 0) == 0 and work.get("load_errors", 0) == 0
+    assert work["remote_dropped"] == work["remote_blocks"]     # every fetched copy went after its load
+    assert _blocks(path_b) == work.get("save_blocks", 0)       # what B holds is what B computed
+
+
 @pytest.mark.parametrize("fetch", ["async", "step"])
 def test_owner_killed_before_the_fetch_means_recompute(vtmp, model, prompts, baseline, block, master, node_a, fetch):
     path_a, _ = node_a

@@ -9,6 +9,7 @@ from .errors import ClusterError
 MAX_INFLIGHT = 64        # cluster_inflight_batches at most (each is batch_blocks blocks of landing memory)
 MAX_SEND_THREADS = 8     # cluster_send_threads at most
 MAX_STAGING_SHARE = 4    # registered staging at most 1/this of the machine's memory
+MAX_REPLICAS = 16        # cluster_replicas at most (each claim round is two master calls)
 
 
 def auto_send_threads() -> int:
@@ -69,6 +70,7 @@ class ClusterConfig:
     fetch: str = "async"                       # connector: "async" (a request waits, steps go on) or "step"
     fetch_wait_s: float = 30.0                 # connector, async: longest a request waits for its fetch
     peer_quarantine_s: float = 30.0            # a peer that failed a fetch is skipped this long (0: never)
+    replicas: int = 0                          # nodes keeping a block (its first holder + claims); 0: no limit
 
     @property
     def sends(self) -> int:
@@ -119,6 +121,9 @@ class ClusterConfig:
             raise ClusterError(f"cluster_inflight_batches must be between 1 and {MAX_INFLIGHT}")
         if not 0 <= self.send_threads <= MAX_SEND_THREADS:
             raise ClusterError(f"cluster_send_threads must be between 0 (auto) and {MAX_SEND_THREADS}")
+        if not 0 <= self.replicas <= MAX_REPLICAS:
+            raise ClusterError(f"cluster_replicas must be between 0 (every node that fetches a block keeps "
+                               f"it) and {MAX_REPLICAS}")
         if not 1 << 12 <= self.index_bytes <= 1 << 40:
             raise ClusterError("cluster_index_bytes must be between 4 KiB and 1 TiB")
         for name in ("master", "metadata", "host", "protocol"):

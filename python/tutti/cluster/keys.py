@@ -23,3 +23,8 @@ def block_name(fp_id: bytes, store_key: bytes) -> str:
 def node_name(fp_id: bytes, endpoint: str) -> str:
     """A node's liveness record (its presence tells the node its index survived the master)."""
     return f"{PREFIX}/{fp_id.hex()}/node/{endpoint}"
+
+
+def claim_name(fp_id: bytes, store_key: bytes, i: int) -> str:
+    """Replica claim ``i`` (1 .. cluster_replicas - 1) of ``store_key``: whoever wrote it first keeps a copy."""
+    return f"{block_name(fp_id, store_key)}/r{i}"

@@ -21,6 +21,7 @@ import threading
 import time
 
 from .bounded import CallTimeout
+from .claims import ReplicaClaims
 from .config import ClusterConfig
 from .errors import ClusterError
 from .index import ClusterIndex
@@ -45,6 +46,7 @@ class ClusterNode:
         self.quarantine = Quarantine(cfg.peer_quarantine_s)
         self.index = ClusterIndex(store, self.link, self.store_lock, self.stats, quarantine=self.quarantine)
         self.transfers = Transfers(store, self.link, self.store_lock, self.stats, self.quarantine)
+        self.claims = ReplicaClaims(self.index, cfg.replicas)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._dispatch, name="tutti-cluster-notify", daemon=True),
                          threading.Thread(target=self._keep, name="tutti-cluster-keeper", daemon=True)]
@@ -99,17 +101,48 @@ class ClusterNode:
     # the test VM's disk: 0.20 s as puts, 0.034 s as one transaction), with the buffer bounded.
     REPLICA_CHUNK_BYTES = 256 << 20
 
-    def fetch_into_store(self, keys) -> list:
-        """Fetch blocks and keep a local replica of each verified one (then publish it too); per key True
-        only if its block was verified and is now in this store."""
+    def fetch_into_store(self, keys, transient: list | None = None) -> list:
+        """Fetch blocks into this store; per key True only if its block was verified and is now in this
+        store.  Each is a replica this node keeps (and publishes) unless ``cluster_replicas`` limits the
+        copies and it won no claim (claims.py): then its key is appended to ``transient`` — the caller
+        uses it and drops it (``drop``); never published."""
         keys = list(keys)
         bb = self.store.block_bytes
         per = max(1, self.REPLICA_CHUNK_BYTES // bb)
         ok: list = []
         for c in range(0, len(keys), per):
             ok += self._fetch_chunk(keys[c:c + per])
-        self.publish([k for k, good in zip(keys, ok) if good])
+        good = [k for k, g in zip(keys, ok) if g]
+        if self.claims.limited and good:
+            with self.store_lock:
+                slots = self.store.lookup(good)
+                copies = []
+                for k, slot in zip(good, slots):
+                    try:
+                        rec = self.store.slot_record(slot) if slot is not None else None
+                    except KeyError:
+                        rec = None
+                    if rec is not None:
+                        copies.append((k, rec["key"], slot, rec["gen"]))
+            won = self.claims.claim([(sk, slot, gen) for _, sk, slot, gen in copies])
+            kept = [k for k, sk, _, _ in copies if sk in won]
+            if transient is not None:
+                transient += [k for k, sk, _, _ in copies if sk not in won]
+            good = kept
+        self.publish(good)
         return ok
+
+    def drop(self, keys) -> list:
+        """Drop blocks of connector ``keys`` from this store (transient copies, after their use): they
+        leave the store durably, with any claim on them.  Returns the slots emptied."""
+        keys = list(keys)
+        with self.store_lock:
+            slots = [s for s in self.store.lookup(keys) if s is not None]
+            if slots:
+                self.store.invalidate(slots)
+        self.claims.release_slots(slots)
+        self.stats["replicas_dropped"] += len(slots)
+        return slots
 
     def _fetch_chunk(self, keys) -> list:
         bb, n = self.store.block_bytes, len(keys)
@@ -175,6 +208,7 @@ class ClusterNode:
         self._stop.set()
         if withdraw:
             try:
+                self.claims.release_all()
                 self.index.withdraw_all()
             except (CallTimeout, ClusterError) as e:
                 log.info("tutti cluster: withdraw at close: %s", e)
@@ -242,5 +276,6 @@ class ClusterNode:
                     log.info("tutti cluster: node record: %s", e)
             try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
                 idx.check_evictions()
+                self.claims.check()
             except CallTimeout as e:
                 log.info("tutti cluster: withdrawing evicted blocks: %s", e)

@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from ..cluster.quarantine import Quarantine
@@ -34,6 +35,7 @@ log = logging.getLogger("vllm.tutti")
 
 SCHEDULER_PORT_OFFSET = 1000   # the scheduler's lookup client: cluster_port + 1000
 RETRY_S = 5.0                  # a node or client that could not start is tried again this often
+TRANSIENT_HOLD_S = 60.0        # a transient copy no load has used is dropped after this long
 PROBE_NAME = "tutti/v1/probe"  # a name nobody writes: its lookup tells whether the master answers
 
 
@@ -159,6 +161,9 @@ class WorkerCluster:
         self.store, self.lock = store, lock
         self.cfg = worker_config(ccfg, rank)
         self.node: Any = None  # tutti.cluster.ClusterNode once joined
+        self._transient: dict = {}   # key -> monotonic deadline: fetched copies this node may not keep
+        self._used: set = set()      # transient keys a load has read
+        self._transient_mu = threading.Lock()
         self._todo: queue.SimpleQueue = queue.SimpleQueue()  # keys to publish; None: stop
         self._stop = threading.Event()
         self._start()  # first try now, without the publish (the thread does that)
@@ -203,15 +208,48 @@ class WorkerCluster:
     def fetch(self, keys) -> list:
         """Fetch ``keys`` from their owners into the store (call *without* the store lock: the node's
         thread that takes the owner's answer may be waiting for it); per key True when its block is
-        now in the store, verified against its owner's committed checksum."""
+        now in the store, verified against its owner's committed checksum.  With cluster_replicas a
+        block that won no claim is transient: dropped once a load used it (``drop_used``)."""
         node = self.node
         if node is None or not keys:
             return [False] * len(keys)
+        transient: list = []
         try:
-            return node.fetch_into_store(keys)
+            ok = node.fetch_into_store(keys, transient)
         except (CallTimeout, ClusterError, OSError) as e:  # the store's put failing: a miss, said once
             log.warning("tutti cluster: fetching %d blocks failed: %s", len(keys), e)
             return [False] * len(keys)
+        if transient:
+            until = time.monotonic() + TRANSIENT_HOLD_S
+            with self._transient_mu:
+                for k in transient:
+                    self._transient[k] = until
+        return ok
+
+    def note_loaded(self, keys) -> None:
+        """A load read ``keys``: the transient ones among them have served and go at ``drop_used``."""
+        with self._transient_mu:
+            if self._transient:
+                self._used.update(k for k in keys if k in self._transient)
+
+    def drop_used(self) -> list:
+        """Drop transient copies a finished load used, or that waited TRANSIENT_HOLD_S for one (the
+        caller holds the store lock, and no load is in flight: a slot a read has pinned is never
+        emptied under it).  Returns the slots emptied."""
+        now = time.monotonic()
+        with self._transient_mu:
+            due = [k for k, until in self._transient.items() if k in self._used or until <= now]
+            for k in due:
+                del self._transient[k]
+                self._used.discard(k)
+        node = self.node
+        if not due or node is None:
+            return []
+        try:
+            return node.drop(due)
+        except OSError as e:  # a copy that stays is one more replica, never a wrong block
+            log.warning("tutti cluster: dropping %d transient blocks failed: %s", len(due), e)
+            return []
 
     def take_unreachable(self) -> list:
         """Peers this rank's fetches found gone since the last call (for the scheduler's lookups)."""
@@ -222,6 +260,9 @@ class WorkerCluster:
 
     def close(self) -> None:
         self._stop.set()
+        with self._transient_mu:  # copies this node may not keep do not outlive it
+            self._used.update(self._transient)
+        self.drop_used()
         self._todo.put(None)
         self._thread.join(self.cfg.call_timeout_s * 2 + 1)
         if self.node is not None:

@@ -245,6 +245,8 @@ class WorkerSide(SavesMixin):
         for t in meta.loads:
             keys += t.keys
             ids += t.block_ids
+        if self.cluster is not None:  # transient copies fetched from peers: dropped after this load
+            self.cluster.note_loaded(keys)
         t0 = time.perf_counter()
         fault = fault_hooks.next_load_fault(self.store, keys)
         try:
@@ -423,6 +425,11 @@ class WorkerSide(SavesMixin):
         drained = self.drained_step() if self._deferred else None
         new_drained = drained != self._drained_sent
         unreachable = self.cluster.take_unreachable() if self.cluster is not None else []
+        if self.cluster is not None and self._load is None:  # copies this node may not keep, once used
+            dropped = self.cluster.drop_used()
+            if dropped:
+                self.stats.add(remote_dropped=len(dropped))
+                self._events += [SlotEvent(self.rank, slot, None) for slot in dropped]
         if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
                 or self._load_perf or self._step_perf or self._fetch_perf or self._fetched or unreachable):
             return None

@@ -1,0 +1,135 @@
+"""How many nodes keep a block (``cluster_replicas``), decided by Mooncake's master.
+
+A block's descriptor names one holder (index.py): the node that published it first, normally the
+one that computed it.  Every other node that serves a request with that block fetches it, and by
+default keeps what it fetched: a popular prefix ends up on every node, and the cluster holds no
+more distinct blocks than one node does.  With ``cluster_replicas`` R >= 1 the cluster keeps each
+block on at most R nodes: its first holder and the winners of R - 1 *replica claims*.
+
+A claim is a small Mooncake object, ``<block name>/r<i>`` (i = 1 .. R - 1), that the claiming node
+writes into its own segment and whose value is its endpoint.  Mooncake's ``put`` keeps the first
+value written under a name (a second put succeeds and changes nothing), so the master arbitrates:
+a node writes the claims it wants, reads them back, and holds those that read as its own.  Nothing
+else is needed for liveness: a node that dies takes its claims with its segment (the master's
+client_ttl), and a node that drops the block (evicted, or closed) removes them, so a later fetcher
+can take its place.  A block fetched without a claim won is *transient*: it serves the request
+that fetched it and is then dropped from the store (vllm/worker.py); it is never published.
+
+Claims cost two master calls per round (a put of every wanted name, one read of all of them), at
+most R - 1 rounds per fetch, every call bounded; while the master cannot be asked no claim is won
+(the blocks are transient: a miss later, never a wrong answer).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from .bounded import CallTimeout
+from .keys import claim_name
+
+log = logging.getLogger("tutti.cluster")
+
+CHECK_CHUNK = 1024  # slot records read per hold of the store lock
+
+
+class ReplicaClaims:
+    """The replica claims one node holds: won through Mooncake, released when its copies go."""
+
+    def __init__(self, index, replicas: int):
+        self.index, self.replicas = index, replicas
+        self.link, self.stats, self.lock = index.link, index.stats, index.lock
+        self._held: dict = {}          # slot -> (store key, gen, claim name)
+        self._mu = threading.Lock()    # the fetch thread claims while the keeper checks
+        self._changes_seen = None
+
+    @property
+    def limited(self) -> bool:
+        return self.replicas > 0
+
+    def claim(self, copies) -> set:
+        """``copies``: (store key, slot, gen) of blocks this node just wrote from a peer.  Returns the
+        store keys it may keep (every one when replicas are not limited)."""
+        copies = list(copies)
+        if not self.limited:
+            return {k for k, _, _ in copies}
+        won: set = set()
+        mine = self.index.endpoint.encode()
+        todo = copies
+        for i in range(1, self.replicas):
+            if not todo or not self.index.master_up.is_set():
+                break
+            names = [claim_name(self.index.fp_id, k, i) for k, _, _ in todo]
+            try:
+                # put keeps whatever was there first; only the read back tells who holds the claim
+                self.link.call(self.link.store.put_batch, names, [mine] * len(names),
+                               self.link.replicate_here(), what=f"claim {len(names)} replicas")
+                vals = self.link.call(self.link.store.get_batch, names, what=f"read {len(names)} claims")
+            except CallTimeout as e:
+                log.info("tutti cluster: replica claims: %s", e)
+                break
+            if vals is None or len(vals) != len(names):
+                break
+            left = []
+            for (k, slot, gen), name, v in zip(todo, names, vals):
+                if v and bytes(v) == mine:
+                    won.add(k)
+                    with self._mu:
+                        self._held[slot] = (k, gen, name)
+                else:
+                    left.append((k, slot, gen))
+            todo = left
+        self.stats["replicas_claimed"] += len(won)
+        self.stats["replicas_declined"] += len(copies) - len(won)
+        return won
+
+    def release_slots(self, slots) -> int:
+        """This node no longer keeps the copies in ``slots``: give their claims up."""
+        with self._mu:
+            names = [self._held.pop(s)[2] for s in slots if s in self._held]
+        return self._remove(names)
+
+    def _remove(self, names) -> int:
+        if not names:
+            return 0
+        try:
+            rcs = self.link.call(self.link.store.batch_remove, names, True, what=f"release {len(names)} claims")
+        except CallTimeout as e:  # the claims stay until this node leaves (they go with its segment)
+            log.info("tutti cluster: releasing replica claims: %s", e)
+            return 0
+        n = sum(1 for rc in rcs if rc == 0)
+        self.stats["replicas_released"] += n
+        return n
+
+    def check(self, force: bool = False) -> int:
+        """Release the claims of copies the store no longer holds (evicted, dropped as corrupt): run by
+        the keeper when the store's eviction or corruption counter moved."""
+        with self._mu:
+            if not self._held:
+                return 0
+            items = list(self._held.items())
+        with self.lock:
+            st = self.index.store.stats()
+        changes = st["evictions"] + st["corrupt_blocks"]
+        if not force and changes == self._changes_seen:
+            return 0
+        self._changes_seen = changes
+        gone = []
+        for c in range(0, len(items), CHECK_CHUNK):
+            with self.lock:  # released between chunks, as the index's reconcile does
+                for slot, (key, gen, _) in items[c:c + CHECK_CHUNK]:
+                    try:
+                        rec = self.index.store.slot_record(slot)
+                    except KeyError:
+                        rec = None
+                    if rec is None or rec["key"] != key or rec["gen"] != gen:
+                        gone.append(slot)
+        return self.release_slots(gone)
+
+    def release_all(self) -> int:
+        with self._mu:
+            slots = list(self._held)
+        return self.release_slots(slots)
+
+    def held(self) -> int:
+        with self._mu:
+            return len(self._held)

@@ -1,0 +1,60 @@
+"""cluster_replicas: at most R nodes keep a block — its first holder and the winners of R - 1 claims
+that Mooncake's master arbitrates (tutti/cluster/claims.py); a node that won none uses what it fetched
+and drops it."""
+import time
+
+SEEDS = list(range(9001, 9009))
+
+
+def _wait(fn, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not fn():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def test_two_replicas_one_claim_arbitrated_by_the_master(nodes):
+    env = {"NODE_REPLICAS": "2"}
+    a, b, c = nodes("a", env=env), nodes("b", env=env), nodes("c", env=env)
+    assert a.cmd("put", seeds=SEEDS) == 8
+    got_b = b.cmd("replicate", seeds=SEEDS)
+    assert got_b["ok"] == [True] * 8 and got_b["exact"] == [True] * 8
+    assert got_b["transient"] == []                              # b won the one claim of every block
+    got_c = c.cmd("replicate", seeds=SEEDS)
+    assert got_c["ok"] == [True] * 8 and got_c["exact"] == [True] * 8   # c still gets exact blocks
+    assert got_c["transient"] == SEEDS                           # but a and b already keep two copies
+    assert c.cmd("drop", seeds=SEEDS) == 8
+    assert c.cmd("holds", seeds=SEEDS) == [False] * 8
+    st_b, st_c = b.cmd("info")["stats"], c.cmd("info")["stats"]
+    assert st_b["replicas_claimed"] == 8 and st_b.get("replicas_declined", 0) == 0
+    assert st_c["replicas_declined"] == 8 and st_c["replicas_dropped"] == 8
+    # c's dropped copies were never published: a peer looking up still finds a holder, and gets exact bytes.
+    d = nodes("d", env=env)
+    assert d.cmd("prefix", seeds=SEEDS) == 8
+    assert d.cmd("fetch", seeds=SEEDS)["exact"] == [True] * 8
+    # b leaves: its claims go with it, and the next node to fetch takes them.
+    b.close()
+    got_d = d.cmd("replicate", seeds=SEEDS)
+    assert got_d["exact"] == [True] * 8 and got_d["transient"] == []
+
+
+def test_one_replica_keeps_only_the_first_holder(nodes):
+    env = {"NODE_REPLICAS": "1"}
+    a, b = nodes("a", env=env), nodes("b", env=env)
+    a.cmd("put", seeds=SEEDS[:4])
+    got = b.cmd("replicate", seeds=SEEDS[:4])
+    assert got["exact"] == [True] * 4 and got["transient"] == SEEDS[:4]
+    assert b.cmd("info")["stats"].get("replicas_claimed", 0) == 0
+
+
+def test_a_claim_is_released_when_its_copy_is_evicted(nodes):
+    env = {"NODE_REPLICAS": "2"}
+    a = nodes("a", env=env)
+    b = nodes("b", env={**env, "NODE_SLOTS": "8"})
+    c = nodes("c", env=env)
+    a.cmd("put", seeds=SEEDS)
+    assert b.cmd("replicate", seeds=SEEDS)["transient"] == []
+    b.cmd("put", seeds=list(range(9101, 9104)))                  # evicts 3 of b's copies
+    _wait(lambda: b.cmd("info")["stats"].get("replicas_released", 0) == 3)
+    got = c.cmd("replicate", seeds=SEEDS)                        # those 3 claims are free again
+    assert got["exact"] == [True] * 8 and len(got["transient"]) == 5
