@@ -139,7 +139,7 @@ class _SlowCluster:
         self.store, self.go, self.calls = store, go, []
         self.cfg = NS(call_timeout_s=0.5)
 
-    def fetch(self, keys):
+    def fetch(self, keys, wanted_by=()):
         self.calls.append(list(keys))
         self.go.wait(10)
         for k in keys:
@@ -155,6 +155,21 @@ class _SlowCluster:
 
     def publish(self, keys):
         pass
+
+    def note_loaded(self, keys, req_id):  # no transient copies here (cluster_replicas unset)
+        pass
+
+    def wait_for(self, keys, req_id):
+        pass
+
+    def kept(self, keys):
+        pass
+
+    def forget(self, req_ids):
+        pass
+
+    def drop_used(self):
+        return []
 
     def close(self):
         self.go.set()

@@ -99,8 +99,11 @@ def test_one_replica_node_b_uses_what_it_fetched_and_keeps_none(vtmp, model, pro
     work = worker_stats(res)
     assert work["remote_blocks"] * block >= len(prompts[0]) - block
     assert work.get("remote_errors", 0) == 0 and work.get("load_errors", 0) == 0
-    assert work["remote_dropped"] == work["remote_blocks"]     # every fetched copy went after its load
-    assert _blocks(path_b) == work.get("save_blocks", 0)       # what B holds is what B computed
+    # Copies go once every request that waited for them loaded them or finished (the last ones at
+    # shutdown: vLLM reports a request finished in the next step, and there is none): after it, B's
+    # store holds exactly what B computed.
+    assert 0 < work["remote_dropped"] <= work["remote_blocks"]
+    assert _blocks(path_b) == work.get("save_blocks", 0)
 
 
 @pytest.mark.parametrize("fetch", ["async", "step"])

@@ -161,8 +161,8 @@ class WorkerCluster:
         self.store, self.lock = store, lock
         self.cfg = worker_config(ccfg, rank)
         self.node: Any = None  # tutti.cluster.ClusterNode once joined
-        self._transient: dict = {}   # key -> monotonic deadline: fetched copies this node may not keep
-        self._used: set = set()      # transient keys a load has read
+        # Fetched copies this node may not keep: key -> [drop at (monotonic), requests still to load it].
+        self._transient: dict = {}
         self._transient_mu = threading.Lock()
         self._todo: queue.SimpleQueue = queue.SimpleQueue()  # keys to publish; None: stop
         self._stop = threading.Event()
@@ -205,11 +205,12 @@ class WorkerCluster:
         if keys:
             self._todo.put(list(keys))
 
-    def fetch(self, keys) -> list:
+    def fetch(self, keys, wanted_by=()) -> list:
         """Fetch ``keys`` from their owners into the store (call *without* the store lock: the node's
         thread that takes the owner's answer may be waiting for it); per key True when its block is
         now in the store, verified against its owner's committed checksum.  With cluster_replicas a
-        block that won no claim is transient: dropped once a load used it (``drop_used``)."""
+        block that won no claim is transient: kept until the requests ``wanted_by`` have loaded it
+        (``wait_for``, ``note_loaded``), then dropped (``drop_used``)."""
         node = self.node
         if node is None or not keys:
             return [False] * len(keys)
@@ -223,25 +224,54 @@ class WorkerCluster:
             until = time.monotonic() + TRANSIENT_HOLD_S
             with self._transient_mu:
                 for k in transient:
-                    self._transient[k] = until
+                    self._transient.setdefault(k, [until, set()])[1].update(wanted_by)
         return ok
 
-    def note_loaded(self, keys) -> None:
-        """A load read ``keys``: the transient ones among them have served and go at ``drop_used``."""
+    def wait_for(self, keys, req_id) -> None:
+        """Request ``req_id`` will load ``keys``: transient ones among them stay until it has."""
         with self._transient_mu:
-            if self._transient:
-                self._used.update(k for k in keys if k in self._transient)
+            for k in keys:
+                t = self._transient.get(k)
+                if t is not None:
+                    t[1].add(req_id)
+
+    def note_loaded(self, keys, req_id) -> None:
+        """Request ``req_id``'s load read ``keys``: a transient copy no other request waits for goes at
+        the next ``drop_used``."""
+        with self._transient_mu:
+            for k in keys:
+                t = self._transient.get(k)
+                if t is not None:
+                    t[1].discard(req_id)
+                    if not t[1]:
+                        t[0] = 0.0  # due
+
+    def forget(self, req_ids) -> None:
+        """Requests that finished (vLLM's get_finished): a copy only they waited for is due (they may
+        have found its blocks in vLLM's own prefix cache and never loaded it)."""
+        gone = set(req_ids)
+        with self._transient_mu:
+            for t in self._transient.values():
+                if t[1] and not t[1].isdisjoint(gone):
+                    t[1] -= gone
+                    if not t[1]:
+                        t[0] = 0.0
+
+    def kept(self, keys) -> None:
+        """This rank's own saves committed ``keys``: they stay, whatever a fetch of them was."""
+        with self._transient_mu:
+            for k in keys:
+                self._transient.pop(k, None)
 
     def drop_used(self) -> list:
-        """Drop transient copies a finished load used, or that waited TRANSIENT_HOLD_S for one (the
-        caller holds the store lock, and no load is in flight: a slot a read has pinned is never
-        emptied under it).  Returns the slots emptied."""
+        """Drop transient copies every request that waited for them has loaded, or that waited
+        TRANSIENT_HOLD_S for a load (the caller holds the store lock, and no load is in flight: a slot a
+        read has pinned is never emptied under it).  Returns the slots emptied."""
         now = time.monotonic()
         with self._transient_mu:
-            due = [k for k, until in self._transient.items() if k in self._used or until <= now]
+            due = [k for k, (until, _) in self._transient.items() if until <= now]
             for k in due:
                 del self._transient[k]
-                self._used.discard(k)
         node = self.node
         if not due or node is None:
             return []
@@ -261,7 +291,8 @@ class WorkerCluster:
     def close(self) -> None:
         self._stop.set()
         with self._transient_mu:  # copies this node may not keep do not outlive it
-            self._used.update(self._transient)
+            for t in self._transient.values():
+                t[0] = 0.0
         self.drop_used()
         self._todo.put(None)
         self._thread.join(self.cfg.call_timeout_s * 2 + 1)

@@ -476,6 +476,8 @@ class SavesMixin:
                 ok += 0 if p else 1
                 if where[k] is not None:
                     self._events.append(SlotEvent(self.rank, where[k], k))
+        if self.cluster is not None and ok:  # computed here: kept, even if a fetched copy was transient
+            self.cluster.kept([k for k, p, rc in zip(keys, txn.present, status) if not p and rc == 0])
         self.stats.add(save_blocks=ok, save_bytes=ok * self.layout.block_bytes, save_s=dt,
                        save_errors=sum(1 for k, p, rc in zip(keys, txn.present, status)
                                        if not p and rc and k not in sv.vetoed))
@@ -546,6 +548,9 @@ class SavesMixin:
     def get_finished(self, finished_req_ids=(), meta=None):
         """Held requests none of whose blocks a pending save still reads (vLLM frees them)."""
         self._sync_step(meta)
+        if self.cluster is not None and finished_req_ids:  # they load no transient copy any more
+            self.cluster.forget(finished_req_ids)
+            self.drop_transient()
         if not self._held:
             return None, None
         done = self._held - self._busy_reqs()

@@ -175,7 +175,8 @@ class WorkerSide(SavesMixin):
             return
         remote = [k for t in meta.loads if t.remote for k in t.keys[len(t.keys) - t.remote:]]
         if remote:
-            self._fetch([k for t in meta.loads for k in t.keys], remote)
+            self._fetch([k for t in meta.loads for k in t.keys], remote,
+                        [(t.req_id, t.keys) for t in meta.loads if t.remote])
 
     def queue_fetches(self, meta):
         """cluster_fetch async: the step's fetch orders go to this rank's fetch thread; the step does
@@ -200,26 +201,30 @@ class WorkerSide(SavesMixin):
             if t is None:
                 return
             try:
-                self._fetch(t.keys, t.keys[len(t.keys) - t.remote:])
+                self._fetch(t.keys, t.keys[len(t.keys) - t.remote:], [(t.req_id, t.keys)])
             except Exception as e:  # noqa: BLE001 - a failed fetch is a miss, never a dead thread
                 log.warning("tutti cluster: fetching request %s's blocks failed: %s", t.req_id, e)
             with self.store_lock:
                 self._fetched.append((self.rank, t.req_id))
 
-    def _fetch(self, keys, remote):
+    def _fetch(self, keys, remote, requests=()):
         """Fetch the ``remote`` keys not yet here from peers into the store, verified against their
         owner's committed checksum; ``keys`` (all the step's or request's) are looked up first, heads
-        last, so the fetched blocks take older blocks' slots, not theirs."""
+        last, so the fetched blocks take older blocks' slots, not theirs.  ``requests``: (req_id, keys)
+        that will load them (a copy this node may not keep stays until each has)."""
         cluster = self.cluster
         with self.store_lock:
             if cluster is None or self.store is None:
                 return
             slots = dict(zip(keys[::-1], self.store.lookup(keys[::-1])))
+            for req_id, rkeys in requests:  # a transient copy another request's fetch brought
+                cluster.wait_for(rkeys, req_id)
         want = [k for k in remote if slots.get(k) is None]
         if not want:
             return
         t0 = time.perf_counter()
-        ok = cluster.fetch(want)
+        wanted = set(want)
+        ok = cluster.fetch(want, [r for r, rkeys in requests if wanted.intersection(rkeys)])
         n = sum(ok)
         got = [k for k, good in zip(want, ok) if good]
         with self.store_lock:
@@ -245,8 +250,9 @@ class WorkerSide(SavesMixin):
         for t in meta.loads:
             keys += t.keys
             ids += t.block_ids
-        if self.cluster is not None:  # transient copies fetched from peers: dropped after this load
-            self.cluster.note_loaded(keys)
+        if self.cluster is not None:  # transient copies fetched from peers: dropped once all have loaded
+            for t in meta.loads:
+                self.cluster.note_loaded(t.keys, t.req_id)
         t0 = time.perf_counter()
         fault = fault_hooks.next_load_fault(self.store, keys)
         try:
@@ -425,11 +431,7 @@ class WorkerSide(SavesMixin):
         drained = self.drained_step() if self._deferred else None
         new_drained = drained != self._drained_sent
         unreachable = self.cluster.take_unreachable() if self.cluster is not None else []
-        if self.cluster is not None and self._load is None:  # copies this node may not keep, once used
-            dropped = self.cluster.drop_used()
-            if dropped:
-                self.stats.add(remote_dropped=len(dropped))
-                self._events += [SlotEvent(self.rank, slot, None) for slot in dropped]
+        self.drop_transient()
         if not (self._events or self._missing or self._unacked or self._unsaved or new_drained
                 or self._load_perf or self._step_perf or self._fetch_perf or self._fetched or unreachable):
             return None
@@ -444,6 +446,16 @@ class WorkerSide(SavesMixin):
         self._events, self._missing, self._unsaved = [], [], []
         self._load_perf, self._step_perf, self._fetch_perf, self._fetched = [], [], [], []
         return meta
+
+    def drop_transient(self):
+        """Copies fetched from peers this node may not keep (cluster_replicas), once every request that
+        waited for them loaded them or finished; never while a load is in flight (it may read them)."""
+        if self.cluster is None or self._load is not None:
+            return
+        dropped = self.cluster.drop_used()
+        if dropped:
+            self.stats.add(remote_dropped=len(dropped))
+            self._events += [SlotEvent(self.rank, slot, None) for slot in dropped]
 
     def close_cluster(self):
         """Leave the cluster (withdraw, stop serving); without store_lock: its threads may hold it."""
