@@ -35,7 +35,7 @@ log = logging.getLogger("vllm.tutti")
 
 SCHEDULER_PORT_OFFSET = 1000   # the scheduler's lookup client: cluster_port + 1000
 RETRY_S = 5.0                  # a node or client that could not start is tried again this often
-TRANSIENT_HOLD_S = 60.0        # a transient copy no load has used is dropped after this long
+TRANSIENT_HOLD_S = 60.0        # a transient copy is dropped at most this long after it arrived
 PROBE_NAME = "tutti/v1/probe"  # a name nobody writes: its lookup tells whether the master answers
 
 
