@@ -58,3 +58,27 @@ def test_a_claim_is_released_when_its_copy_is_evicted(nodes):
     _wait(lambda: b.cmd("info")["stats"].get("replicas_released", 0) == 3)
     got = c.cmd("replicate", seeds=SEEDS)                        # those 3 claims are free again
     assert got["exact"] == [True] * 8 and len(got["transient"]) == 5
+
+
+def test_a_kept_copy_is_published_once_its_first_holder_is_gone(nodes):
+    """Every node keeps what it fetched (no limit): a block stays findable while any node holds it.  B's
+    copies are backups while A's descriptors hold their names; A leaves, and B publishes them."""
+    a, b = nodes("a"), nodes("b")
+    a.cmd("put", seeds=SEEDS)
+    assert b.cmd("replicate", seeds=SEEDS)["exact"] == [True] * 8
+    c = nodes("c")
+    a.close()                                                     # withdraws its descriptors
+    _wait(lambda: c.cmd("prefix", seeds=SEEDS) == 8)
+    assert b.cmd("info")["stats"]["adopted"] == 8
+    assert c.cmd("fetch", seeds=SEEDS)["exact"] == [True] * 8    # from B
+
+
+def test_a_dead_first_holder_is_replaced_by_a_claimer(nodes):
+    env = {"NODE_REPLICAS": "2"}
+    a, b, c = nodes("a", env=env), nodes("b", env=env), nodes("c", env=env)
+    a.cmd("put", seeds=SEEDS)
+    assert b.cmd("replicate", seeds=SEEDS)["transient"] == []
+    a.kill()                                                      # its entries go with its segment
+    _wait(lambda: b.cmd("info")["stats"].get("adopted", 0) == 8, seconds=15)   # after the master's client_ttl
+    assert c.cmd("prefix", seeds=SEEDS) == 8
+    assert c.cmd("fetch", seeds=SEEDS)["exact"] == [True] * 8

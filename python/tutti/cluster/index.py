@@ -11,7 +11,9 @@ quarantine (tutti.cluster.quarantine: it failed a fetch), so a stuck first publi
 peers waiting on it.  A publish the master refuses (a killed node's names, until the master drops
 them) or does not answer is retried by the node's keeper.  Two nodes racing on an empty name
 both write; the last write is what every reader sees, and both writers hold the block, so any answer
-is a correct one — and a fetch checks the bytes anyway.
+is a correct one — and a fetch checks the bytes anyway.  A node that holds a block under another node's
+descriptor keeps it as a backup and publishes it once the name is empty (``adopt_orphans``, from the
+keeper): a block stays findable while any node holds it.
 
 Every Mooncake call is bounded (cluster_call_timeout_s); while the master is unreachable (the node's
 keeper says so) lookups are misses at once instead of timing out one by one.
@@ -45,6 +47,7 @@ RECONCILE_EVERY_S = 30.0   # a full check at least this often while the store ke
 MAX_STALE_LATER = 1 << 16  # stale descriptors kept for a later withdrawal while the master is away
 MAX_RETRY = 1 << 16        # slots kept for a later publish while the master refuses or is away
 UPSERT_CALLS = 32          # calls one publish may spend finding the names the master refuses
+ADOPT_EVERY_S = 2.0        # how often a node looks for its backups' names left empty
 
 
 class ClusterIndex:
@@ -70,6 +73,8 @@ class ClusterIndex:
         self._last_full = 0.0
         self._stale_later: list = []  # stale descriptors to withdraw once the master answers
         self._retry: set = set()      # slots whose publish the master refused or did not answer
+        self._backups: dict = {}      # slot -> (key, gen): blocks held here, published by another node
+        self._last_adopt = 0.0
 
     # --- names -------------------------------------------------------------------
 
@@ -141,6 +146,7 @@ class ClusterIndex:
                         continue  # already there
                     if (other.endpoint != self.endpoint and other.fp_id == self.fp_id
                             and not self._quarantined(other.endpoint)):
+                        self._backing(d.slot, d.key, d.gen)
                         continue  # another node published it first: its descriptor stays
                 except DescriptorError:
                     pass  # garbage under our name: replaced
@@ -181,6 +187,47 @@ class ClusterIndex:
         h = len(names) // 2
         return (self._upsert(names[:h], values[:h], descs[:h], budget)
                 + self._upsert(names[h:], values[h:], descs[h:], budget))
+
+    def _backing(self, slot: int, key: bytes, gen: int) -> None:
+        """This store holds a block whose name another node's descriptor holds: a backup, published
+        by ``adopt_orphans`` once that name is empty (its holder evicted it, left, or died)."""
+        if len(self._backups) < MAX_RETRY:
+            self._backups[slot] = (key, gen)
+
+    def adopt_orphans(self, chunk: int = RECONCILE_CHUNK) -> int:
+        """Publish the backups whose name no node's descriptor holds any more (the keeper calls this
+        every ADOPT_EVERY_S): a block stays findable while any node keeps it.  Backups whose slot no
+        longer holds them are forgotten."""
+        with self._mutate:
+            if not self._backups or time.monotonic() - self._last_adopt < ADOPT_EVERY_S:
+                return 0
+            self._last_adopt = time.monotonic()
+            items = list(self._backups.items())
+            n = 0
+            for c in range(0, len(items), chunk):
+                part = items[c:c + chunk]
+                with self.lock:
+                    held = []
+                    for slot, (key, gen) in part:
+                        try:
+                            rec = self.store.slot_record(slot)
+                        except KeyError:
+                            rec = None
+                        if rec is not None and rec["key"] == key and rec["gen"] == gen:
+                            held.append((slot, key))
+                        else:
+                            self._backups.pop(slot, None)
+                vals = self._get_values([self.name_of(k) for _, k in held])
+                if vals is None:
+                    return n
+                empty = [slot for (slot, _), v in zip(held, vals) if not v]
+                for slot in empty:
+                    self._backups.pop(slot, None)
+                if empty:
+                    got = self._publish_slots(empty)
+                    self.stats["adopted"] += got
+                    n += got
+            return n
 
     def _retry_later(self, slots) -> None:
         for slot in slots:

@@ -277,5 +277,6 @@ class ClusterNode:
             try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
                 idx.check_evictions()
                 self.claims.check()
+                idx.adopt_orphans()  # blocks kept here whose publisher has gone
             except CallTimeout as e:
                 log.info("tutti cluster: withdrawing evicted blocks: %s", e)
