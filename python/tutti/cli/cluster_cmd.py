@@ -148,4 +148,13 @@ def status_cmd(master, metadata, admin, host, port, names_only, as_json):
             click.echo(f"  {n['endpoint']}: {n.get('blocks', '?')}/{n.get('slots', '?')} blocks held, "
                        f"published {s.get('published', 0)}, served {s.get('blocks_served', 0)} "
                        f"({s.get('bytes_served', 0) / mib:.1f} MiB), fetched {s.get('remote_hits', 0)} "
-                       f"({s.get('bytes_fetched', 0) / mib:.1f} MiB), skipping {q}; record {n.get('age_s', '?')} s old")
+                       f"({s.get('bytes_fetched', 0) / mib:.1f} MiB), skipping {q}; record {n.get('age_s', '?')} s old"
+                       + _copies(s))
+
+
+def _copies(s: dict) -> str:
+    """What the node did about copies (cluster_replicas, backups), when it did anything."""
+    keys = (("replicas_claimed", "claims won"), ("replicas_dropped", "fetched copies dropped"),
+            ("adopted", "copies published after their holder went"))
+    parts = [f"{s[k]} {what}" for k, what in keys if s.get(k)]
+    return ("; " + ", ".join(parts)) if parts else ""
