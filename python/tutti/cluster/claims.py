@@ -29,7 +29,6 @@ from .keys import claim_name
 
 log = logging.getLogger("tutti.cluster")
 
-CHECK_CHUNK = 1024  # slot records read per hold of the store lock
 
 
 class ReplicaClaims:
@@ -86,19 +85,8 @@ class ReplicaClaims:
         """This node no longer keeps the copies in ``slots``: give their claims up."""
         with self._mu:
             names = [self._held.pop(s)[2] for s in slots if s in self._held]
-        return self._remove(names)
-
-    def _remove(self, names) -> int:
-        if not names:
-            return 0
-        try:
-            rcs = self.link.call(self.link.store.batch_remove, names, True, what=f"release {len(names)} claims")
-        except CallTimeout as e:  # the claims stay until this node leaves (they go with its segment)
-            log.info("tutti cluster: releasing replica claims: %s", e)
-            return 0
-        n = sum(1 for rc in rcs if rc == 0)
-        self.stats["replicas_released"] += n
-        return n
+        # A removal that times out leaves the claims until this node leaves (they go with its segment).
+        return self.index.remove_names(names, what="release claims of", counter="replicas_released")
 
     def check(self, force: bool = False) -> int:
         """Release the claims of copies the store no longer holds (evicted, dropped as corrupt): run by
@@ -113,16 +101,7 @@ class ReplicaClaims:
         if not force and changes == self._changes_seen:
             return 0
         self._changes_seen = changes
-        gone = []
-        for c in range(0, len(items), CHECK_CHUNK):
-            with self.lock:  # released between chunks, as the index's reconcile does
-                for slot, (key, gen, _) in items[c:c + CHECK_CHUNK]:
-                    try:
-                        rec = self.index.store.slot_record(slot)
-                    except KeyError:
-                        rec = None
-                    if rec is None or rec["key"] != key or rec["gen"] != gen:
-                        gone.append(slot)
+        gone = [slot for (slot, _), held in zip(items, self.index.still_held(items)) if not held]
         return self.release_slots(gone)
 
     def release_all(self) -> int:

@@ -208,17 +208,12 @@ class ClusterIndex:
             n = 0
             for c in range(0, len(items), chunk):
                 part = items[c:c + chunk]
-                with self.lock:
-                    held = []
-                    for slot, (key, gen) in part:
-                        try:
-                            rec = self.store.slot_record(slot)
-                        except KeyError:
-                            rec = None
-                        if rec is not None and rec["key"] == key and rec["gen"] == gen:
-                            held.append((slot, key))
-                        else:
-                            self._backups.pop(slot, None)
+                held = []
+                for (slot, (key, _)), still in zip(part, self.still_held(part)):
+                    if still:
+                        held.append((slot, key))
+                    else:
+                        self._backups.pop(slot, None)
                 vals = self._get_values([self.name_of(k) for _, k in held])
                 if vals is None:
                     return n
@@ -310,18 +305,20 @@ class ClusterIndex:
                     mine.append(name)  # garbage: nobody's, removed
             for k in store_keys:
                 self._forget(k)
-            return self._remove(mine)
+            return self.remove_names(mine)
 
-    def _remove(self, names) -> int:
+    def remove_names(self, names, what="withdraw", counter="withdrawn") -> int:
+        """Remove this node's objects ``names`` (bounded; a timeout leaves them, and says so); counted
+        under ``counter``."""
         if not names:
             return 0
         try:
-            rcs = self.link.call(self.link.store.batch_remove, names, True, what=f"withdraw {len(names)}")
+            rcs = self.link.call(self.link.store.batch_remove, names, True, what=f"{what} {len(names)}")
         except CallTimeout as e:
             log.warning("tutti cluster: %s", e)
             return 0
         n = sum(1 for rc in rcs if rc == 0)
-        self.stats["withdrawn"] += n
+        self.stats[counter] += n
         return n
 
     def _withdraw_stale(self, entries) -> int:
@@ -346,7 +343,7 @@ class ClusterIndex:
                 continue
             if d is not None and d.endpoint == self.endpoint and (d.key, d.slot, d.gen) == (key, slot, gen):
                 stale.append(name)
-        n = self._remove(stale)
+        n = self.remove_names(stale)
         self.stats["withdrawn_evicted"] += n
         return n
 
@@ -372,21 +369,28 @@ class ClusterIndex:
                 return n
             return n + self.reconcile()
 
+    def still_held(self, items) -> list:
+        """Of ``items`` ((slot, (store key, gen)...)), per item whether its slot still holds that key and
+        generation; read under the store lock, one hold per RECONCILE_CHUNK (the engine's hooks wait one
+        chunk at most)."""
+        out = []
+        for c in range(0, len(items), RECONCILE_CHUNK):
+            with self.lock:
+                for slot, (key, gen, *_) in items[c:c + RECONCILE_CHUNK]:
+                    try:
+                        rec = self.store.slot_record(slot)
+                    except KeyError:
+                        rec = None
+                    out.append(rec is not None and rec["key"] == key and rec["gen"] == gen)
+        return out
+
     def reconcile(self, chunk: int = RECONCILE_CHUNK) -> int:
         """Withdraw every descriptor of this node whose slot no longer holds its key and generation."""
         with self._mutate:
             self._last_full = time.monotonic()
             items = list(self._mine.items())
-            gone = []
-            for c in range(0, len(items), chunk):
-                with self.lock:  # released between chunks: the engine's hooks wait one chunk at most
-                    for slot, (key, gen) in items[c:c + chunk]:
-                        try:
-                            rec = self.store.slot_record(slot)
-                        except KeyError:
-                            rec = None
-                        if rec is None or rec["key"] != key or rec["gen"] != gen:
-                            gone.append((key, slot, gen))
+            gone = [(key, slot, gen) for (slot, (key, gen)), held in zip(items, self.still_held(items))
+                    if not held]
             self.stats["reconciled"] += 1
             n = 0
             for c in range(0, len(gone), chunk):
