@@ -216,8 +216,8 @@ int tt_member_preallocate(struct tt_member *m, uint64_t size)
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	if (have < size && size - have > avail)
 		return tt_seterr(-ENOSPC, "%s: not enough space for %llu bytes (%llu "
-				 "free; a smaller capacity, or --sparse to take space only "
-				 "as blocks are written)", m->path,
+				 "free): a smaller capacity, or a sparse file that takes "
+				 "space only as blocks are written", m->path,
 				 (unsigned long long)size, (unsigned long long)avail);
 	do {
 		err = fallocate(m->fd, 0, 0, (off_t)size) ? errno : 0;
@@ -230,12 +230,13 @@ int tt_member_preallocate(struct tt_member *m, uint64_t size)
 	undo = ftruncate(m->fd, st.st_size);	/* the error reported is fallocate's */
 	(void)undo;
 	if (err == EOPNOTSUPP || err == ENOSYS)
-		return tt_seterr(-EOPNOTSUPP, "%s: the file system cannot preallocate "
-				 "space (format it sparse: --sparse)", m->path);
+		return tt_seterr(-EOPNOTSUPP, "%s: the file system cannot reserve "
+				 "space: format a sparse file there", m->path);
 	if (err == ENOSPC)
-		return tt_seterr(-ENOSPC, "%s: not enough space for %llu bytes (a "
-				 "smaller capacity, or --sparse to take space only as "
-				 "blocks are written)", m->path, (unsigned long long)size);
+		return tt_seterr(-ENOSPC, "%s: not enough space for %llu bytes: a "
+				 "smaller capacity, or a sparse file that takes space "
+				 "only as blocks are written", m->path,
+				 (unsigned long long)size);
 	return tt_seterr(-err, "%s: preallocate %llu bytes: %s", m->path,
 			 (unsigned long long)size, strerror(err));
 }

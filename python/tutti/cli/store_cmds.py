@@ -124,6 +124,8 @@ def format_cmd(paths, capacity, slots, spans, span_bytes, stripe_objs, force, sp
         if e.errno == errno.EEXIST:
             raise CliError(f"{', '.join(paths)}: already holds a store; pass --force to overwrite it: "
                            f"{e.strerror or e}", EXIT_USAGE) from None
+        if e.errno in (errno.ENOSPC, errno.EOPNOTSUPP) and not sparse:
+            raise CliError(f"format: {e.strerror or e} (--sparse)", EXIT_USAGE) from None
         if e.errno in (errno.ENOSPC, errno.EINVAL, errno.EFBIG, errno.ERANGE, errno.EOPNOTSUPP):
             raise CliError(f"format: {e.strerror or e}", EXIT_USAGE) from None
         raise _store_error(e, "format") from None

@@ -19,9 +19,10 @@ Both bind the layout and the step's block ids into the transaction, so the worke
 - The "host" data path of GpuStore runs the GPU-memory code on CPU tensors (the C reference path):
   CI uses it to run this worker path, including real vLLM on CPU, without a GPU.
 """
+import errno
 import os
 
-from ..errors import DataPathError, StoreMismatchError
+from ..errors import DataPathError, StoreMismatchError, TuttiError
 
 DATA_PATHS = ("auto", "cpu", "staged", "gds", "gio", "host")
 
@@ -164,8 +165,14 @@ def _create_if_missing(cfg, paths, fp, layout, log):
         raise FileNotFoundError(f"tutti: store member(s) {missing} do not exist and 'create' is false")
     for p in paths:
         os.makedirs(os.path.dirname(os.path.abspath(p)), exist_ok=True)
-    Store.format(paths, fp, capacity_bytes=cfg.capacity, n_spans=layout.n_spans,
-                 span_bytes=layout.span_bytes, preallocate=cfg.preallocate)
+    try:
+        Store.format(paths, fp, capacity_bytes=cfg.capacity, n_spans=layout.n_spans,
+                     span_bytes=layout.span_bytes, preallocate=cfg.preallocate)
+    except TuttiError as e:
+        if e.errno in (errno.ENOSPC, errno.EOPNOTSUPP) and cfg.preallocate:
+            raise TuttiError(e.errno, f"tutti: cannot create the store: {e.strerror} (the 'capacity' "
+                             "key, or \"preallocate\": false)") from None
+        raise
     log.info("tutti: created store %s (%d bytes of KV, %d x %d spans of %d bytes per block, %s)",
              paths, cfg.capacity, layout.n_layers, layout.n_spans, layout.span_bytes,
              "space reserved" if cfg.preallocate else "sparse")
