@@ -82,3 +82,21 @@ def test_a_dead_first_holder_is_replaced_by_a_claimer(nodes):
     _wait(lambda: b.cmd("info")["stats"].get("adopted", 0) == 8, seconds=15)   # after the master's client_ttl
     assert c.cmd("prefix", seeds=SEEDS) == 8
     assert c.cmd("fetch", seeds=SEEDS)["exact"] == [True] * 8
+
+
+def test_a_lost_copy_is_made_again_by_the_next_fetcher(nodes):
+    """R = 2, first holder A and claimer B; A dies.  B adopts A's names and, now their holder, gives up
+    its claims: the next fetcher C wins them and keeps its copies, so the blocks are on two nodes
+    again (re-replication at the next fetch; without the release C's copies would all be transient)."""
+    env = {"NODE_REPLICAS": "2"}
+    a, b, c = nodes("a", env=env), nodes("b", env=env), nodes("c", env=env)
+    a.cmd("put", seeds=SEEDS)
+    assert b.cmd("replicate", seeds=SEEDS)["transient"] == []
+    a.kill()
+    _wait(lambda: b.cmd("info")["stats"].get("replicas_released", 0) == 8, seconds=20)
+    assert b.cmd("info")["stats"]["adopted"] == 8
+    got = c.cmd("replicate", seeds=SEEDS)
+    assert got["exact"] == [True] * 8 and got["transient"] == []
+    assert c.cmd("holds", seeds=SEEDS) == [True] * 8 and b.cmd("holds", seeds=SEEDS) == [True] * 8
+    d = nodes("d", env=env)                                       # two copies again: D keeps none
+    assert d.cmd("replicate", seeds=SEEDS)["transient"] == SEEDS

@@ -89,20 +89,31 @@ class ReplicaClaims:
         return self.index.remove_names(names, what="release claims of", counter="replicas_released")
 
     def check(self, force: bool = False) -> int:
-        """Release the claims of copies the store no longer holds (evicted, dropped as corrupt): run by
-        the keeper when the store's eviction or corruption counter moved."""
+        """Release the claims of copies the store no longer holds (evicted, dropped as corrupt: when the
+        store's eviction or corruption counter moved) and of copies this node now publishes itself
+        (adopted when their first holder went: it counts as that holder now, and its claim lets the
+        next fetcher keep a copy, so the block is back to R copies).  Run by the keeper."""
         with self._mu:
             if not self._held:
                 return 0
             items = list(self._held.items())
+        adopted = self.index.publishes(items)
+        if adopted:
+            n = self.release_slots(adopted)
+            with self._mu:
+                if not self._held:
+                    return n
+                items = list(self._held.items())
+        else:
+            n = 0
         with self.lock:
             st = self.index.store.stats()
         changes = st["evictions"] + st["corrupt_blocks"]
         if not force and changes == self._changes_seen:
-            return 0
+            return n
         self._changes_seen = changes
         gone = [slot for (slot, _), held in zip(items, self.index.still_held(items)) if not held]
-        return self.release_slots(gone)
+        return n + self.release_slots(gone)
 
     def release_all(self) -> int:
         with self._mu:

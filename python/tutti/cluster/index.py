@@ -369,6 +369,12 @@ class ClusterIndex:
                 return n
             return n + self.reconcile()
 
+    def publishes(self, items) -> list:
+        """Of ``items`` ((slot, (store key, gen)...)), the slots whose name this node's own descriptor
+        holds (it published the block first, or adopted it)."""
+        with self._mutate:
+            return [slot for slot, (key, gen, *_) in items if self._mine.get(slot) == (key, gen)]
+
     def still_held(self, items) -> list:
         """Of ``items`` ((slot, (store key, gen)...)), per item whether its slot still holds that key and
         generation; read under the store lock, one hold per RECONCILE_CHUNK (the engine's hooks wait one

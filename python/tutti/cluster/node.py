@@ -276,7 +276,7 @@ class ClusterNode:
                     log.info("tutti cluster: node record: %s", e)
             try:  # blocks the store evicted while nothing was published (or dropped as corrupt)
                 idx.check_evictions()
-                self.claims.check()
                 idx.adopt_orphans()  # blocks kept here whose publisher has gone
+                self.claims.check()  # after it: an adopted copy's claim is given up
             except CallTimeout as e:
                 log.info("tutti cluster: withdrawing evicted blocks: %s", e)
