@@ -51,11 +51,12 @@ def one(path: str, size: int, writer: str, touch: bool, src, dst) -> dict:
             if writer == "mapped":
                 m.close()
         write_gbps = size / (time.perf_counter() - t) / 1e9
-        t = time.perf_counter()
+        touch_s = 0.0
         if touch:
+            t = time.perf_counter()
             for off in range(0, size, 4096):
                 os.pread(fd, 1, off)
-        touch_s = time.perf_counter() - t
+            touch_s = time.perf_counter() - t
         reads = []
         for _ in range(3):
             t = time.perf_counter()
