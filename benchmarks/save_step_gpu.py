@@ -288,6 +288,7 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
                             "ttft_s": ttft, "ttft_median_s": statistics.median(ttft[1:]), "ttft_parts_s": parts,
                             "decode_steps_to_commit": commit_steps,
                             "decode_busy_s": dec_busy, "decode_idle_s": dec_idle,
+                            "save_parts": rig.w.stats.data.get("save_parts", 0),
                             "stats": {k: v for k, v in s.items() if isinstance(v, (int, float))}}
         finally:
             rig.close()
@@ -316,7 +317,7 @@ def summary(s: dict) -> str:
         out += (f"; decode ({s['decode']}) while committing / after {s.get('decode_busy_over_idle', nan):.3f},"
                 f" / no saves {s.get('decode_busy_over_none', nan):.3f}; committed after "
                 f"{d['decode_steps_to_commit']} decode steps; slack fit {d['slack_fit']}, drain size at the end "
-                f"{d['drain_bytes_end']}; write latency median "
+                f"{d['drain_bytes_end']}; saves cut into {d.get('save_parts', 0)} parts; write latency median "
                 f"{statistics.median(lat) * 1e3 if lat else nan:.1f} ms (max {max(lat) * 1e3 if lat else nan:.1f})")
     return out
 

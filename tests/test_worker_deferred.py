@@ -14,11 +14,13 @@ torch = pytest.importorskip("torch")
 
 from helpers.pending import settle
 from test_worker_write_policy import (
+    DATA_PATHS,
     LOAD_IDS,
     N_LAYERS,
     NEW_IDS,
     PREFIX_IDS,
     N,
+    gpu_store_lib,
     keys,
     layer_name,
     make_worker,
@@ -77,7 +79,7 @@ class Driver:
             w.wait_layer(layer_name(l))
             if computed is not None:
                 ids, ref = computed
-                self.kv[layer_name(l)][ids] = ref[l]
+                self.kv[layer_name(l)][ids] = ref[l].to(self.kv[layer_name(l)].device)
             w.save_layer(meta, layer_name(l))
         settle(w)
         w.finish_save(meta)
@@ -132,8 +134,43 @@ def test_unwritten_layers_are_carried_over_within_the_step_budget(tmp_path):
         assert len(per_step) <= N_LAYERS + 1
     assert per_step == [1] * N_LAYERS + [0]  # one layer a step, then the commit
     assert run.committed[-1] == set(keys("prefix"))
+    assert stats.data.get("save_parts", 0) == 0     # its layer fits the budget: one transaction
     w.close()
     assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
+
+
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+def test_a_carried_save_larger_than_the_budget_is_drained_in_parts(tmp_path, data_path, request):
+    """A save carried over whole whose layer is twice the step's drain: cut into two transactions of two
+    blocks, a part's layer a step (not a whole layer of the save), each part committed once written, the
+    tail first; the store exact; a budget of one block's layer cuts it into four."""
+    if data_path != "cpu":
+        gpu_store_lib(request, data_path)
+    for budget, parts in ((LAYER_BYTES // 2, 2), (LAYER_BYTES // N, N)):
+        d = str(tmp_path / str(parts))
+        os.makedirs(d)
+        w, kv, log, stats = make_worker(d, "slack", save_mode="deferred", drain_bytes_per_step=budget,
+                                        data_path=data_path)
+        k = Kernels(w)
+        run = Driver(w, kv)
+        run.step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
+        assert log.of("W", "submit") == [] and stats.data.get("save_parts") == parts
+        k.run()
+        per_step, commits = [], []
+        while set().union(*run.committed) != set(keys("prefix")):
+            n0 = len(log.of("W", "submit"))
+            run.step()
+            per_step.append(len(log.of("W", "submit")) - n0)
+            if run.committed[-1]:
+                commits.append(run.committed[-1])
+            assert len(per_step) <= parts * N_LAYERS + 1
+        assert per_step == [1] * (parts * N_LAYERS) + [0]   # a part's layer a step
+        size = N // parts
+        tail_first = keys("prefix")[::-1]
+        assert commits == [set(tail_first[i:i + size]) for i in range(0, N, size)]
+        assert len(log.of("W", "finish")) == parts
+        w.close()
+        assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
 
 
 def test_a_request_finishing_while_its_save_is_pending_keeps_its_blocks(tmp_path):

@@ -29,7 +29,8 @@ K=${1:-}
 mkdir -p "$OUT"
 say() { echo "== $*" | tee -a "$OUT/check.log"; }
 PYFILES="tests/test_gpu_controller_context.py tests/test_gpu_store_py.py tests/test_store_lifetime.py
-	tests/test_cli_gpu.py tests/test_worker_write_policy.py tests/test_prefill_gpu.py tests/test_tp_gpu.py"
+	tests/test_cli_gpu.py tests/test_worker_write_policy.py tests/test_worker_deferred.py tests/test_prefill_gpu.py
+	tests/test_tp_gpu.py"
 
 # One round of the whole suite, logs in $1; NOBUILD=1 after the first. Returns non-zero on a failure
 # (a hung file is killed by its timeout and counts as one).

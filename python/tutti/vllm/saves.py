@@ -58,6 +58,8 @@ from .metadata import SlotEvent
 
 log = logging.getLogger("vllm.tutti")
 
+MAX_PARTS = 64   # a carried-over save is cut into at most this many transactions (_split_carried)
+
 
 def save_list(meta):
     """The step's blocks to save, each key once, in the same order on every rank."""
@@ -285,7 +287,7 @@ class SavesMixin:
                 self._commit(sv)
             return
         if sv is not None:
-            self._fifo.append(sv)
+            self._fifo.extend(self._split_carried(sv))
         fit = self._drain_budget is not None and self._drain_budget.slack_fit
         spilled = fit and self._drain_spilled()  # before the commits: they take complete saves away
         self._commit_ready()
@@ -313,6 +315,38 @@ class SavesMixin:
             self._drain(self.cfg.drain_bytes_per_step)
         self._bound()
         self._note_io()
+
+    def _split_carried(self, sv):
+        """A save carried over whole (no write went out in its step: the step's reads held them
+        back, or the KV was not final) whose layer is larger than a step's drain is cut into parts
+        of consecutive blocks, each its own transaction, whose layer fits: a drain then sends a
+        part's layer a step, not a whole layer of the save (a 128K-token prompt's layer is 512 MiB
+        on Llama-3-8B).  The parts keep the save's order (tail first) and are committed one by
+        one as each is written.  Not with TP (whether a rank's transaction has begun depends on
+        its own kernels' timing, and every rank must keep the same list of pending saves), nor
+        for a save over the pending bound (written in its step, ``_bound``)."""
+        budget = self._drain_budget.bytes if self._drain_budget is not None else self.cfg.drain_bytes_per_step
+        per = self._layer_bytes(sv)
+        if (not budget or per <= budget or sv.txn is not None or sv.void or not sv.queued
+                or self.shape.tp_size > 1 or sv.bytes > self._max_pending):
+            return [sv]
+        n = min(-(-per // budget), MAX_PARTS, len(sv.keys))
+        size = -(-len(sv.keys) // n)
+        bb = self.layout.block_bytes
+        parts = []
+        for i in range(0, len(sv.keys), size):
+            keys, ids = sv.keys[i:i + size], sv.ids[i:i + size]
+            last = i + size >= len(sv.keys)
+            # ``planned`` may exceed the blocks kept (the slot cap): the last part keeps the rest.
+            planned = len(keys) + (sv.planned - len(sv.keys) if last else 0)
+            p = Save(keys, ids, keys[::-1], sv.transfers, sv.step, sv.meta_step, planned * bb)
+            p.planned = planned
+            p.seen = set(sv.seen)
+            p.queued = list(sv.queued)
+            p.vetoed = sv.vetoed & set(keys)
+            parts.append(p)
+        self.stats.add(save_parts=len(parts))
+        return parts
 
     def _commit_ready(self):
         """Commit the pending saves of earlier steps that every rank has written, oldest first.

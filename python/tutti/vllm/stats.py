@@ -36,6 +36,7 @@ COUNTERS = (
     "load_write_wait_s", # time loads waited for writes in flight before starting (reads first)
     "drain_spills",      # drains still being written two step ends after they went out (drain.py)
     "save_carried",      # blocks committed in a later step than the one that computed them
+    "save_parts",        # transactions carried-over saves were cut into (a part's layer fits a drain)
     "save_dropped",      # pending blocks dropped: over max_pending_bytes, or at shutdown
     "save_over_bound",   # blocks of a save larger than max_pending_bytes, written in their step
     "reqs_held",         # scheduler: finished requests whose blocks waited for a pending save
