@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tutti/tutti.h"
+#include "../src/engine/engine_impl.h"
 #include "tap.h"
 
 #define OBJ 4096u
@@ -260,6 +261,25 @@ static void check_move_now_ram(const char *path, const char *how)
 	tap_eq(tt_engine_move_now(e, run, 2), 0, "ram: a run of two written into a hole");
 	tap_ok(pread(fd, got, 2 * OBJ, 2 * OBJ) == 2 * OBJ && !memcmp(got, buf, 2 * OBJ),
 	       "ram: the file reads what was written through the map");
+	if (!*how) {
+		/* The default: the pages the map's writes made present, and only those, read through it. */
+		uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), bad = 0;
+
+		for (uint64_t p = 0; e->map_mine[0] && p < N * OBJ / pg; p++) {
+			int mine = !!(e->map_mine[0][p / 64] & (1ULL << (p % 64)));
+
+			bad += mine != (p >= 2 * OBJ / pg && p < 4 * OBJ / pg);
+		}
+		tap_ok(e->map_mine[0] && !bad, "ram (default): its written pages, and only those, are its own");
+		run[0] = (struct tt_io){ .buf = got, .off = 2 * OBJ, .len = 2 * OBJ, .op = TT_OP_READ };
+		memset(got, 0, 2 * OBJ);
+		tap_ok(!tt_engine_move_now(e, run, 1) && !memcmp(got, buf, 2 * OBJ),
+		       "ram (default): its own pages read through the map, exact");
+		run[0] = (struct tt_io){ .buf = buf, .off = 2 * OBJ, .len = OBJ, .op = TT_OP_WRITE };
+		run[1] = (struct tt_io){ .buf = buf + OBJ, .off = 3 * OBJ, .len = OBJ, .op = TT_OP_WRITE };
+	} else {
+		tap_ok(!e->map_mine[0], "ram (%s): no pages of its own kept", how);
+	}
 	memset(got, 0x5a, OBJ);
 	tap_eq(pwrite(fd, got, OBJ, 7 * OBJ), OBJ, "ram: written through the file");
 	run[0] = (struct tt_io){ .buf = buf, .off = 7 * OBJ, .len = OBJ, .op = TT_OP_READ };
@@ -268,7 +288,8 @@ static void check_move_now_ram(const char *path, const char *how)
 	run[0].off = (uint64_t)N * OBJ;
 	tap_eq(tt_engine_move_now(e, run, 1), (unsigned long long)-EIO, "ram: past the end is -EIO");
 	tt_engine_get_stats(e, &st);
-	tap_ok(st.bytes_written == 2 * OBJ && st.bytes_read == OBJ && st.ios == 3,
+	tap_ok(st.bytes_written == 2 * OBJ && st.bytes_read == OBJ * (*how ? 1 : 3) &&
+	       st.ios == (*how ? 3u : 4u),
 	       "ram: counted (%llu written, %llu read, %llu ios)", (unsigned long long)st.bytes_written,
 	       (unsigned long long)st.bytes_read, (unsigned long long)st.ios);
 	tt_engine_close(e);
@@ -310,7 +331,8 @@ int main(void)
 	sfd = mkstemp(shm);	/* tmpfs: reads on io_uring's workers */
 	if (sfd >= 0) {
 		run("uring", sfd);
-		check_move_now_ram(shm, "w");	/* the default: reads by preadv */
+		check_move_now_ram(shm, "");	/* the default: reads of its own pages mapped */
+		check_move_now_ram(shm, "w");	/* reads by preadv */
 		check_move_now_ram(shm, "rw");
 		setenv("TUTTI_TMPFS_MAP", "0", 1);
 		tap_eq(tt_engine_open("uring", &sfd, 1, NULL, &e), 0, "ram (0): open");

@@ -93,15 +93,23 @@ int tt_fd_cpu_copies(int fd)
  * SIGBUS.  Needs MADV_POPULATE_* so that a page tmpfs cannot supply is an
  * error returned, not a signal.
  */
+static uint64_t page_size(void)
+{
+	return (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 void tt_engine_map_members(struct tt_engine *e)
 {
 	/*
-	 * Writes only by default: a process's first touch of a mapped page
-	 * costs more than pread's copy of it (2.2x slower first reads, 2 CPUs),
-	 * while preadv takes no lock on tmpfs.  "rw": reads too, "0": neither.
+	 * Writes, and reads of the pages those writes mapped, by default: a
+	 * process's first touch of a page it never mapped costs more than
+	 * pread's copy of it (2.2x slower first reads, 2 CPUs), while a page
+	 * already mapped is a plain memcpy (1.4x pread's rate, and no first-read
+	 * cost: docs/benchmarks.md).  "rw": every read, "w": writes only, "0":
+	 * neither.
 	 */
 	const char *how = getenv("TUTTI_TMPFS_MAP");
-	int reads = how && !strcmp(how, "rw");
+	int reads = how && !strcmp(how, "rw"), mine = !how || !*how;
 
 	if (how && (!strcmp(how, "0") || !strcmp(how, "off")))
 		return;
@@ -120,7 +128,7 @@ void tt_engine_map_members(struct tt_engine *e)
 			 fd, 0);
 		if (p == MAP_FAILED)
 			continue;
-		if (madvise(p, (size_t)sysconf(_SC_PAGESIZE), MADV_POPULATE_READ)) {
+		if (madvise(p, (size_t)page_size(), MADV_POPULATE_READ)) {
 			munmap(p, (size_t)st.st_size);	/* kernel before 5.14 */
 			continue;
 		}
@@ -128,7 +136,31 @@ void tt_engine_map_members(struct tt_engine *e)
 		e->map_len[m] = (uint64_t)st.st_size;
 		e->map_wr[m] = (uint8_t)wr;
 		e->map_rd[m] = (uint8_t)reads;
+		/* Zero pages until used: a bit a page costs 1/32768 of what it tracks. */
+		if (wr && mine && !reads)
+			e->map_mine[m] = calloc(((uint64_t)st.st_size / page_size() + 63) / 64,
+						sizeof(uint64_t));
 	}
+}
+
+/* Pages [@a, @b) of member @m were made present by this process's writes. */
+static void mine_set(struct tt_engine *e, unsigned m, uint64_t a, uint64_t b)
+{
+	uint64_t *bits = e->map_mine[m];
+
+	for (; bits && a < b; a++)
+		__atomic_fetch_or(&bits[a / 64], 1ULL << (a % 64), __ATOMIC_RELAXED);
+}
+
+/* Were all pages [@a, @b) of member @m made present by this process's writes? */
+static int mine_all(const struct tt_engine *e, unsigned m, uint64_t a, uint64_t b)
+{
+	const uint64_t *bits = e->map_mine[m];
+
+	for (; a < b; a++)
+		if (!bits || !(__atomic_load_n(&bits[a / 64], __ATOMIC_RELAXED) & (1ULL << (a % 64))))
+			return 0;
+	return 1;
 }
 
 void tt_engine_unmap_members(struct tt_engine *e)
@@ -136,7 +168,9 @@ void tt_engine_unmap_members(struct tt_engine *e)
 	for (unsigned m = 0; m < e->n_members; m++) {
 		if (e->map[m])
 			munmap(e->map[m], (size_t)e->map_len[m]);
+		free(e->map_mine[m]);
 		e->map[m] = NULL;
+		e->map_mine[m] = NULL;
 		e->map_wr[m] = 0;
 		e->map_rd[m] = 0;
 	}
@@ -496,16 +530,24 @@ static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, 
 		    uint64_t *calls)
 {
 	unsigned m = ios[0].member;
-	uint64_t off = ios[0].off, pg = (uint64_t)sysconf(_SC_PAGESIZE), start = off & ~(pg - 1);
+	uint64_t off = ios[0].off, pg = page_size(), start = off & ~(pg - 1);
 	char *p;
 
-	if (!e->map[m] || !(wr ? e->map_wr[m] : e->map_rd[m]) || off + bytes < off ||
-	    off + bytes > e->map_len[m])
+	if (!e->map[m] || off + bytes < off || off + bytes > e->map_len[m])
+		return 1;
+	if (wr ? !e->map_wr[m] :
+		 !e->map_rd[m] && !mine_all(e, m, start / pg, (off + bytes + pg - 1) / pg))
 		return 1;
 	(*calls)++;
+	/*
+	 * Reads populate too: a page reclaimed since (swapped out) whose
+	 * swap-in fails is then an error and pread's, not a SIGBUS.
+	 */
 	if (madvise(e->map[m] + start, off + bytes - start,
 		    wr ? MADV_POPULATE_WRITE : MADV_POPULATE_READ))
 		return 1;
+	if (wr)
+		mine_set(e, m, start / pg, (off + bytes + pg - 1) / pg);
 	p = e->map[m] + off;
 	for (unsigned k = 0; k < n; k++) {
 		if (wr)

@@ -58,7 +58,12 @@ struct tt_engine {
 	char *map[TT_MAX_ENGINE_MEMBERS];
 	uint64_t map_len[TT_MAX_ENGINE_MEMBERS];
 	uint8_t map_wr[TT_MAX_ENGINE_MEMBERS];		/* tt_engine_cpu_writes() */
-	uint8_t map_rd[TT_MAX_ENGINE_MEMBERS];		/* reads too (TUTTI_TMPFS_MAP=rw) */
+	uint8_t map_rd[TT_MAX_ENGINE_MEMBERS];		/* every read too (TUTTI_TMPFS_MAP=rw) */
+	/*
+	 * Pages of a mapping this process's own writes made present, a bit a
+	 * page: reads of those go through the mapping too (engine.c, map_move).
+	 */
+	uint64_t *map_mine[TT_MAX_ENGINE_MEMBERS];
 	void *priv;
 };
 
