@@ -85,6 +85,11 @@ int tt_fd_cpu_copies(int fd)
 #define MADV_POPULATE_WRITE	23
 #endif
 
+static uint64_t page_size(void)
+{
+	return (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 /*
  * A tmpfs member's bytes are already memory: mapped, the store's threads copy
  * them with memcpy, in parallel, where write() would take the file's inode
@@ -93,20 +98,15 @@ int tt_fd_cpu_copies(int fd)
  * SIGBUS.  Needs MADV_POPULATE_* so that a page tmpfs cannot supply is an
  * error returned, not a signal.
  */
-static uint64_t page_size(void)
-{
-	return (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 void tt_engine_map_members(struct tt_engine *e)
 {
 	/*
 	 * Writes, and reads of the pages those writes mapped, by default: a
 	 * process's first touch of a page it never mapped costs more than
 	 * pread's copy of it (2.2x slower first reads, 2 CPUs), while a page
-	 * already mapped is a plain memcpy (1.4x pread's rate, and no first-read
-	 * cost: docs/benchmarks.md).  "rw": every read, "w": writes only, "0":
-	 * neither.
+	 * already mapped is a plain memcpy without faults (checked retrieves
+	 * 1.1x preadv's on 16 CPUs: docs/benchmarks.md).  "rw": every read, "w":
+	 * writes only, "0": neither.
 	 */
 	const char *how = getenv("TUTTI_TMPFS_MAP");
 	int reads = how && !strcmp(how, "rw"), mine = !how || !*how;

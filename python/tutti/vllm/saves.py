@@ -317,8 +317,8 @@ class SavesMixin:
         self._note_io()
 
     def _split_carried(self, sv):
-        """A save carried over whole (no write went out in its step: the step's reads held them
-        back, or the KV was not final) whose layer is larger than a step's drain is cut into parts
+        """A save carried over whole (no write went out in its step: on a GPU, the kernels of its
+        first layer had not finished by the step's end) whose layer is larger than a step's drain is cut into parts
         of consecutive blocks, each its own transaction, whose layer fits: a drain then sends a
         part's layer a step, not a whole layer of the save (a 128K-token prompt's layer is 512 MiB
         on Llama-3-8B).  The parts keep the save's order (tail first) and are committed one by
