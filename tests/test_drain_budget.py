@@ -208,9 +208,9 @@ def test_the_worker_seeds_the_drain_from_the_profile_tables_write_rate(tmp_path)
     run = Driver(w, kv)
     b = w._drain_budget
     start = b.bytes                            # START within the pending bound
+    t0 = time.perf_counter()                   # before the first step's end: the worker's step is within
     run.step()
     assert b.bytes == start                    # one step end seen: no duration yet
-    t0 = time.perf_counter()
     time.sleep(0.05)
     run.step()
     took = time.perf_counter() - t0
