@@ -148,7 +148,9 @@ static void mine_set(struct tt_engine *e, unsigned m, uint64_t a, uint64_t b)
 {
 	uint64_t *bits = e->map_mine[m];
 
-	for (; bits && a < b; a++)
+	if (!bits)
+		return;
+	for (; a < b; a++)
 		__atomic_fetch_or(&bits[a / 64], 1ULL << (a % 64), __ATOMIC_RELAXED);
 }
 
@@ -157,8 +159,10 @@ static int mine_all(const struct tt_engine *e, unsigned m, uint64_t a, uint64_t 
 {
 	const uint64_t *bits = e->map_mine[m];
 
+	if (!bits)
+		return 0;
 	for (; a < b; a++)
-		if (!bits || !(__atomic_load_n(&bits[a / 64], __ATOMIC_RELAXED) & (1ULL << (a % 64))))
+		if (!(__atomic_load_n(&bits[a / 64], __ATOMIC_RELAXED) & (1ULL << (a % 64))))
 			return 0;
 	return 1;
 }
@@ -531,12 +535,12 @@ static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, 
 {
 	unsigned m = ios[0].member;
 	uint64_t off = ios[0].off, pg = page_size(), start = off & ~(pg - 1);
+	uint64_t pages_end = (off + bytes + pg - 1) / pg;
 	char *p;
 
 	if (!e->map[m] || off + bytes < off || off + bytes > e->map_len[m])
 		return 1;
-	if (wr ? !e->map_wr[m] :
-		 !e->map_rd[m] && !mine_all(e, m, start / pg, (off + bytes + pg - 1) / pg))
+	if (wr ? !e->map_wr[m] : !e->map_rd[m] && !mine_all(e, m, start / pg, pages_end))
 		return 1;
 	(*calls)++;
 	/*
@@ -547,7 +551,7 @@ static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, 
 		    wr ? MADV_POPULATE_WRITE : MADV_POPULATE_READ))
 		return 1;
 	if (wr)
-		mine_set(e, m, start / pg, (off + bytes + pg - 1) / pg);
+		mine_set(e, m, start / pg, pages_end);
 	p = e->map[m] + off;
 	for (unsigned k = 0; k < n; k++) {
 		if (wr)

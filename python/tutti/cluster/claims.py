@@ -97,15 +97,11 @@ class ReplicaClaims:
             if not self._held:
                 return 0
             items = list(self._held.items())
-        adopted = self.index.publishes(items)
-        if adopted:
-            n = self.release_slots(adopted)
-            with self._mu:
-                if not self._held:
-                    return n
-                items = list(self._held.items())
-        else:
-            n = 0
+        adopted = set(self.index.publishes(items))
+        n = self.release_slots(adopted)
+        items = [it for it in items if it[0] not in adopted]
+        if not items:
+            return n
         with self.lock:
             st = self.index.store.stats()
         changes = st["evictions"] + st["corrupt_blocks"]

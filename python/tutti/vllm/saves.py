@@ -318,10 +318,10 @@ class SavesMixin:
 
     def _split_carried(self, sv):
         """A save carried over whole (no write went out in its step: on a GPU, the kernels of its
-        first layer had not finished by the step's end) whose layer is larger than a step's drain is cut into parts
-        of consecutive blocks, each its own transaction, whose layer fits: a drain then sends a
-        part's layer a step, not a whole layer of the save (a 128K-token prompt's layer is 512 MiB
-        on Llama-3-8B).  The parts keep the save's order (tail first) and are committed one by
+        first layer had not finished by the step's end) whose layer is larger than a step's drain
+        is cut into parts of consecutive blocks, each its own transaction, whose layer fits: a
+        drain then sends a part's layer a step, not a whole layer of the save (a 128K-token
+        prompt's layer is 512 MiB on Llama-3-8B).  The parts keep the save's order (tail first) and are committed one by
         one as each is written.  Not with TP (whether a rank's transaction has begun depends on
         its own kernels' timing, and every rank must keep the same list of pending saves), nor
         for a save over the pending bound (written in its step, ``_bound``)."""
