@@ -67,6 +67,38 @@ def test_ram_members_exact_and_counted(shm_dir, llama_fp, rng, n_members):
         assert s.get(keys[5]) == want
 
 
+@pytest.mark.parametrize("stream", ["", "0"])
+def test_own_pages_read_through_the_map_are_still_checked(shm_dir, llama_fp, rng, flip_byte, monkeypatch, stream):
+    """Reads of the pages this process's writes mapped are hashed where they lie and streamed to the
+    buffer (TUTTI_TMPFS_NT, default on) or memcpy'd then hashed (=0): a byte changed in the file since
+    is caught either way, and only that block fails."""
+    monkeypatch.setenv("TUTTI_TMPFS_NT", stream)
+    paths = [os.path.join(shm_dir, "s.img")]
+    Store.format(paths, llama_fp, n_slots=48)
+    n = 24  # 1.5 MiB a layer: the store's threads read it
+    keys = [f"own-{i}" for i in range(n)]
+    with Store.open(paths, cpu_threads=4) as s, \
+            PagedBuffer.for_geometry(s.geometry, n) as src, PagedBuffer.for_geometry(s.geometry, n) as dst:
+        ids = rng.sample(range(n), n)
+        src.fill_random(ids, seed=rng.random())
+        with s.write(keys) as txn:
+            _layers(s, txn, src, ids)
+            assert txn.finish() == [0] * n
+        slots = s.lookup(keys)
+        member, off = s.locate(slots[5], 17, 1)
+        flip_byte(paths[member], off + 4099)
+        out = rng.sample(range(n), n)
+        dst.fill_random(out, seed=1.5)
+        with s.read(slots) as rd:
+            _layers(s, rd, dst, out, wait=True)
+            statuses = rd.finish()
+        assert statuses == [0] * 5 + [-errno.EBADMSG] + [0] * (n - 6)
+        for i in range(n):
+            if i != 5:
+                assert dst.contiguous_block(out[i]) == src.contiguous_block(ids[i]), i
+        assert s.lookup(keys)[5] is None and s.stats()["corrupt_blocks"] == 1
+
+
 CHILD = textwrap.dedent("""
     import errno, json, os, random, sys
     from tutti import LLAMA3_8B, PagedBuffer, Store

@@ -234,6 +234,70 @@ static void check_move_now(int fd, int direct_fd)
 }
 
 /*
+ * tt_engine_map_read(): where the default would memcpy a read out of the
+ * mapping (its own pages), the caller is given the bytes instead, counted as
+ * read; anything else (pages it never wrote, past the end, a write, another
+ * mode, TUTTI_TMPFS_NT=0) is NULL: the run goes through tt_engine_move_now().
+ */
+static void check_map_read(struct tt_engine *e, int fd, const char *how)
+{
+	uint8_t *want = aligned_alloc(OBJ, 2 * OBJ);
+	struct tt_io io = { .buf = want, .off = 2 * OBJ, .len = 2 * OBJ, .op = TT_OP_READ, .res = 1 };
+	struct tt_engine_stats a, b;
+	const char *p;
+
+	tap_ok(pread(fd, want, 2 * OBJ, 2 * OBJ) == 2 * OBJ, "map_read (%s): the file's bytes", how);
+	tt_engine_get_stats(e, &a);
+	p = tt_engine_map_read(e, &io, 1);
+	tt_engine_get_stats(e, &b);
+	if (strcmp(how, "w")) {	/* the default (its own pages) and rw (every page) */
+		tap_ok(p && !io.res && !memcmp(p, want, 2 * OBJ),
+		       "map_read (%s): its written pages given, exact, res 0", how);
+		tap_ok(b.bytes_read - a.bytes_read == 2 * OBJ && b.ios - a.ios == 1,
+		       "map_read (%s): counted as read", how);
+	} else {
+		tap_ok(!p && b.bytes_read == a.bytes_read, "map_read (%s): not given", how);
+		tap_skip("counted only when given");
+	}
+	io.off = 7 * OBJ;	/* written through the file: never its own */
+	tap_ok(!tt_engine_map_read(e, &io, 1) || !strcmp(how, "rw"),
+	       "map_read (%s): pages it never wrote: not given (but with rw)", how);
+	io.off = (uint64_t)16 * OBJ;
+	tap_ok(!tt_engine_map_read(e, &io, 1), "map_read (%s): past the end: not given", how);
+	io.off = 2 * OBJ;
+	io.op = TT_OP_WRITE;
+	tap_ok(!tt_engine_map_read(e, &io, 1), "map_read (%s): a write: not given", how);
+	free(want);
+}
+
+/*
+ * With TUTTI_TMPFS_NT=0 reads of its own pages are memcpy'd by
+ * tt_engine_move_now() (none given), and its writes still land exact.
+ */
+static void check_map_read_off(const char *path)
+{
+	uint8_t *buf = aligned_alloc(OBJ, OBJ), *got = aligned_alloc(OBJ, OBJ);
+	struct tt_io io = { .buf = buf, .off = OBJ, .len = OBJ, .op = TT_OP_WRITE };
+	struct tt_engine *e;
+	int fd = open(path, O_RDWR);
+
+	setenv("TUTTI_TMPFS_NT", "0", 1);
+	for (unsigned i = 0; i < OBJ; i++)
+		buf[i] = (uint8_t)(i * 7 + 1);
+	tap_ok(fd >= 0 && !tt_engine_open("uring", &fd, 1, NULL, &e), "map_read (NT=0): open");
+	tap_ok(!tt_engine_move_now(e, &io, 1), "map_read (NT=0): written through the map");
+	io.op = TT_OP_READ;
+	tap_ok(!tt_engine_map_read(e, &io, 1), "map_read (NT=0): its own pages not given");
+	io.buf = got;
+	tap_ok(!tt_engine_move_now(e, &io, 1) && !memcmp(got, buf, OBJ), "map_read (NT=0): read exact");
+	tt_engine_close(e);
+	close(fd);
+	unsetenv("TUTTI_TMPFS_NT");
+	free(buf);
+	free(got);
+}
+
+/*
  * A tmpfs member is mapped: tt_engine_move_now() writes and reads it by
  * memcpy on any thread, coherent with the file's other users, a hole filled
  * on write; read-only opens are never written; past the end still -EIO.
@@ -292,6 +356,7 @@ static void check_move_now_ram(const char *path, const char *how)
 	       st.ios == (*how ? 3u : 4u),
 	       "ram: counted (%llu written, %llu read, %llu ios)", (unsigned long long)st.bytes_written,
 	       (unsigned long long)st.bytes_read, (unsigned long long)st.ios);
+	check_map_read(e, fd, how);
 	tt_engine_close(e);
 	ro = open(path, O_RDONLY);
 	tap_eq(tt_engine_open("uring", &ro, 1, NULL, &e), 0, "ram: read-only open");
@@ -334,6 +399,7 @@ int main(void)
 		check_move_now_ram(shm, "");	/* the default: reads of its own pages mapped */
 		check_move_now_ram(shm, "w");	/* reads by preadv */
 		check_move_now_ram(shm, "rw");
+		check_map_read_off(shm);
 		setenv("TUTTI_TMPFS_MAP", "0", 1);
 		tap_eq(tt_engine_open("uring", &sfd, 1, NULL, &e), 0, "ram (0): open");
 		tap_ok(!tt_engine_cpu_writes(e, 0), "ram (0): not mapped: writes through the engine");

@@ -181,6 +181,23 @@ int tt_engine_cpu_writes(const struct tt_engine *e, unsigned m);
  */
 int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n);
 
+/**
+ * tt_engine_map_read() - a run of reads the caller copies from the mapping
+ * @e: engine
+ * @ios: as tt_engine_move_now()'s reads
+ * @n: 1 to 256
+ *
+ * Where tt_engine_move_now() would memcpy the run out of the member's
+ * mapping, makes its pages present, counts it as read, sets every res to 0
+ * and returns where the run's first byte is: the caller copies (the store's
+ * threads hash each object there and stream it to its destination, one pass
+ * over memory less than a copy the hash then reads back).  NULL where the
+ * run must go through tt_engine_move_now() (not mapped, a page that could
+ * not be made present, TUTTI_TMPFS_NT=0).  The bytes stay valid while the
+ * engine is open.
+ */
+const char *tt_engine_map_read(struct tt_engine *e, struct tt_io *ios, unsigned n);
+
 /* cffi: end */
 #pragma GCC visibility pop
 #ifdef __cplusplus

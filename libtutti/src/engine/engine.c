@@ -13,6 +13,7 @@
 
 #include "tutti/error.h"
 #include "engine_impl.h"
+#include "../support/stream_copy.h"
 #include "../support/util.h"
 #include "../support/workers.h"
 
@@ -108,11 +109,12 @@ void tt_engine_map_members(struct tt_engine *e)
 	 * 1.1x preadv's on 16 CPUs: docs/benchmarks.md).  "rw": every read, "w":
 	 * writes only, "0": neither.
 	 */
-	const char *how = getenv("TUTTI_TMPFS_MAP");
+	const char *how = getenv("TUTTI_TMPFS_MAP"), *nt = getenv("TUTTI_TMPFS_NT");
 	int reads = how && !strcmp(how, "rw"), mine = !how || !*how;
 
 	if (how && (!strcmp(how, "0") || !strcmp(how, "off")))
 		return;
+	e->map_stream = !nt || (strcmp(nt, "0") && strcmp(nt, "off"));
 	for (unsigned m = 0; m < e->n_members; m++) {
 		int fd = e->fds[m], fl = fcntl(fd, F_GETFL), wr;
 		struct stat st;
@@ -524,24 +526,24 @@ int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
 }
 
 /*
- * A run of a mapped member copied by memcpy: 0, or 1 where the syscalls must
- * move it instead (past the mapping, or a page the filesystem cannot supply,
- * whose error pread/pwrite then report).  Another process truncating the
- * member between the two steps would still be a SIGBUS (the store's lock
- * keeps other stores out, not truncate(1)).
+ * Where a run of a mapped member lies in the mapping, its pages made
+ * present: NULL where the syscalls must move it instead (past the mapping,
+ * or a page the filesystem cannot supply, whose error pread/pwrite then
+ * report).  Another process truncating the member between the two steps
+ * would still be a SIGBUS (the store's lock keeps other stores out, not
+ * truncate(1)).
  */
-static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, uint64_t bytes,
-		    uint64_t *calls)
+static char *map_run(struct tt_engine *e, const struct tt_io *ios, int wr, uint64_t bytes,
+		     uint64_t *calls)
 {
 	unsigned m = ios[0].member;
 	uint64_t off = ios[0].off, pg = page_size(), start = off & ~(pg - 1);
 	uint64_t pages_end = (off + bytes + pg - 1) / pg;
-	char *p;
 
 	if (!e->map[m] || off + bytes < off || off + bytes > e->map_len[m])
-		return 1;
+		return NULL;
 	if (wr ? !e->map_wr[m] : !e->map_rd[m] && !mine_all(e, m, start / pg, pages_end))
-		return 1;
+		return NULL;
 	(*calls)++;
 	/*
 	 * Reads populate too: a page reclaimed since (swapped out) whose
@@ -549,28 +551,42 @@ static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, 
 	 */
 	if (madvise(e->map[m] + start, off + bytes - start,
 		    wr ? MADV_POPULATE_WRITE : MADV_POPULATE_READ))
-		return 1;
+		return NULL;
 	if (wr)
 		mine_set(e, m, start / pg, pages_end);
-	p = e->map[m] + off;
+	return e->map[m] + off;
+}
+
+/* A run of a mapped member copied by the CPU: 0, or 1 for the syscalls. */
+static int map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, uint64_t bytes,
+		    uint64_t *calls)
+{
+	char *p = map_run(e, ios, wr, bytes, calls);
+
+	if (!p)
+		return 1;
 	for (unsigned k = 0; k < n; k++) {
-		if (wr)
+		if (wr && e->map_stream)
+			tt_copy_stream(p, ios[k].buf, ios[k].len);
+		else if (wr)
 			memcpy(p, ios[k].buf, ios[k].len);
 		else
 			memcpy(ios[k].buf, p, ios[k].len);
 		p += ios[k].len;
 	}
+	if (wr && e->map_stream)
+		tt_copy_stream_end();
 	return 0;
 }
 
-int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
+/* Are @ios a run tt_engine_move_now() takes? If not, every res is -EINVAL. */
+static bool run_ok(const struct tt_engine *e, struct tt_io *ios, unsigned n, uint64_t *out)
 {
-	struct iovec iov[TT_ENGINE_MAX_IOV];
-	uint64_t bytes = 0, calls = 0, moved = 0;
-	int wr, res = 0;
+	uint64_t bytes = 0;
+	int wr;
 
 	if (!n || n > TT_ENGINE_MAX_IOV)
-		return -EINVAL;
+		return false;
 	wr = ios[0].op == TT_OP_WRITE;
 	for (unsigned k = 0; k < n; k++) {
 		if (ios[k].op != ios[0].op || ios[k].member != ios[0].member ||
@@ -579,11 +595,55 @@ int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 			   ios[k].op == TT_OP_READ && tt_engine_cpu_reads(e, ios[k].member))) {
 			for (unsigned j = 0; j < n; j++)
 				ios[j].res = -EINVAL;
-			return -EINVAL;
+			return false;
 		}
+		bytes += ios[k].len;
+	}
+	*out = bytes;
+	return true;
+}
+
+static void count_moved(struct tt_engine *e, const struct tt_io *ios, unsigned n, int wr,
+			uint64_t calls, uint64_t moved)
+{
+	/* Other threads count at once: the counters are added atomically. */
+	__atomic_add_fetch(&e->st.syscalls, calls, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->st.reqs, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&e->st.ios, moved, __ATOMIC_RELAXED);
+	for (unsigned k = 0; k < n; k++)
+		if (!ios[k].res)
+			__atomic_add_fetch(wr ? &e->st.bytes_written : &e->st.bytes_read, ios[k].len,
+					   __ATOMIC_RELAXED);
+}
+
+const char *tt_engine_map_read(struct tt_engine *e, struct tt_io *ios, unsigned n)
+{
+	uint64_t bytes, calls = 0;
+	const char *p;
+
+	if (!e->map_stream || !n || ios[0].op != TT_OP_READ || !run_ok(e, ios, n, &bytes))
+		return NULL;
+	p = map_run(e, ios, 0, bytes, &calls);
+	if (!p)
+		return NULL;
+	for (unsigned k = 0; k < n; k++)
+		ios[k].res = 0;
+	count_moved(e, ios, n, 0, calls, n);
+	return p;
+}
+
+int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
+{
+	struct iovec iov[TT_ENGINE_MAX_IOV];
+	uint64_t bytes, calls = 0, moved = 0;
+	int wr, res = 0;
+
+	if (!run_ok(e, ios, n, &bytes))
+		return -EINVAL;
+	wr = ios[0].op == TT_OP_WRITE;
+	for (unsigned k = 0; k < n; k++) {
 		iov[k].iov_base = ios[k].buf;
 		iov[k].iov_len = ios[k].len;
-		bytes += ios[k].len;
 	}
 	if (map_move(e, ios, n, wr, bytes, &calls))
 		res = iov_move(e->fds[ios[0].member], wr, iov, n, bytes, ios[0].off, &calls);
@@ -604,13 +664,6 @@ int tt_engine_move_now(struct tt_engine *e, struct tt_io *ios, unsigned n)
 			moved += !ios[k].res;
 		}
 	}
-	/* Other threads count at once: the counters are added atomically. */
-	__atomic_add_fetch(&e->st.syscalls, calls, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&e->st.reqs, 1, __ATOMIC_RELAXED);
-	__atomic_add_fetch(&e->st.ios, moved, __ATOMIC_RELAXED);
-	for (unsigned k = 0; k < n; k++)
-		if (!ios[k].res)
-			__atomic_add_fetch(wr ? &e->st.bytes_written : &e->st.bytes_read, ios[k].len,
-					   __ATOMIC_RELAXED);
+	count_moved(e, ios, n, wr, calls, moved);
 	return res;
 }

@@ -64,6 +64,8 @@ struct tt_engine {
 	 * page: reads of those go through the mapping too (engine.c, map_move).
 	 */
 	uint64_t *map_mine[TT_MAX_ENGINE_MEMBERS];
+	/* Copies through a mapping stream their stores (TUTTI_TMPFS_NT=0: memcpy). */
+	uint8_t map_stream;
 	void *priv;
 };
 

@@ -10,6 +10,7 @@
 
 #include "store_impl.h"
 #include "txn_impl.h"
+#include "../support/stream_copy.h"
 #include "../support/util.h"
 #include "../support/workers.h"
 
@@ -76,6 +77,30 @@ void txn_layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios,
 }
 
 /*
+ * A read run the engine has mapped: each object hashed where it lies (read
+ * from memory once, into this core's cache), then streamed from there to its
+ * destination, which nothing on the CPU reads next.
+ */
+static void layer_copy_mapped(const struct layer_sums *ls, uint32_t a, uint32_t b, const char *src)
+{
+	struct tt_txn *t = ls->t;
+	const struct tt_geometry *g = &t->s->geo;
+	int verify = !(t->s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad;
+
+	for (uint32_t j = a; j < b; j++) {
+		const struct tt_io *io = &ls->ios[j];
+		const char *p = src + (io->off - ls->ios[a].off);
+		unsigned i = io->tag / g->n_spans, k = io->tag % g->n_spans;
+		uint32_t m = tt_obj_index(g, ls->layer, k);
+
+		if (verify)
+			t->sums[(size_t)i * tt_objs_per_slot(g) + m] = tt_sum_object(p, g->span_bytes, m);
+		tt_copy_stream(ls->dst[io->tag], p, g->span_bytes);
+	}
+	tt_copy_stream_end();
+}
+
+/*
  * Move one run of objects adjacent on disk, each hashed where it is in this
  * thread's cache: a read after its copy, a write before.
  */
@@ -84,9 +109,17 @@ static void layer_move_run(void *arg, unsigned r)
 	const struct layer_sums *ls = arg;
 	uint32_t a = ls->runs[r], b = ls->runs[r + 1];
 
-	if (!ls->read)
+	if (ls->read) {
+		const char *src = tt_engine_map_read(ls->t->s->eng, &ls->ios[a], b - a);
+
+		if (src) {
+			layer_copy_mapped(ls, a, b, src);
+			return;
+		}
+	} else {
 		for (uint32_t j = a; j < b; j++)
 			layer_sum_one(arg, j);
+	}
 	tt_engine_move_now(ls->t->s->eng, &ls->ios[a], b - a);
 	if (ls->read)
 		for (uint32_t j = a; j < b; j++)
