@@ -25,14 +25,19 @@ PROMQL = {"sum", "rate", "deriv", "clamp_min", "by", "avg", "max", "min", "incre
 
 def _connector_names() -> set:
     """What the connector exports through vLLM's Prometheus endpoint: prometheus_client Counters named
-    tutti:<counter> (seconds as tutti:<name>_seconds), exposed with the _total suffix.  COUNTERS is read
-    from tutti/vllm/stats.py's source: importing it imports vLLM and PyTorch (half a minute)."""
+    tutti:<counter> (seconds as tutti:<name>_seconds), exposed with the _total suffix, and Gauges named
+    tutti:<gauge>.  COUNTERS and GAUGES are read from tutti/vllm/stats.py's source: importing it imports
+    vLLM and PyTorch (half a minute)."""
     import ast
 
     tree = ast.parse(STATS.read_text())
-    COUNTERS = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                    and any(getattr(t, "id", None) == "COUNTERS" for t in n.targets))
-    return {(f"tutti:{k[:-2]}_seconds" if k.endswith("_s") else f"tutti:{k}") + "_total" for k in COUNTERS}
+
+    def tuple_named(name):
+        return next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == name for t in n.targets))
+    counters = {(f"tutti:{k[:-2]}_seconds" if k.endswith("_s") else f"tutti:{k}") + "_total"
+                for k in tuple_named("COUNTERS")}
+    return counters | {f"tutti:{k}" for k in tuple_named("GAUGES")}
 
 
 def _textfile(tmp_path, n_committed=3):
@@ -128,7 +133,8 @@ def test_dashboard_queries_name_only_exported_metrics(tmp_path):
     # the dashboard shows what the issue asks for: hit ratio, occupancy, bytes, errors, drive wear
     for need in ("tutti:hit_tokens_total", "tutti_store_occupancy_ratio", "tutti:load_bytes_total",
                  "tutti:save_bytes_total", "tutti:load_errors_total", "tutti_drive_data_written_bytes_total",
-                 "tutti_drive_percentage_used", "tutti_store_bytes_written_total"):
+                 "tutti_drive_percentage_used", "tutti_store_bytes_written_total", "tutti:store_evictions_total",
+                 "tutti:write_budget_left_bytes"):
         assert need in used, need
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))

@@ -82,9 +82,15 @@ def test_full_store_evicts_tails_first_and_keeps_it_across_a_restart(tmp_path, s
     assert w.store.geometry.n_slots == SLOTS
     a, b, c, d = chain("a", 6), chain("b", 4), chain("c", 2), chain("d", 5)
     step(w, kv, saves=[(a, list(range(6)))])
+    w.note_store()  # what vLLM's metrics get with each interval's stats
+    assert (w.stats.data["store_committed_blocks"], w.stats.data["store_slots"]) == (6, SLOTS)
+    assert not w.stats.data.get("store_evictions")
     step(w, kv, saves=[(b, list(range(8, 12)))])  # 10 blocks for 8 slots: 2 evicted
     assert peek(w, a) == [True] * 4 + [False] * 2  # a's tail went, its head stayed
     assert peek(w, b) == [True] * 4
+    w.note_store()
+    w.note_store()  # counted once
+    assert (w.stats.data["store_evictions"], w.stats.data["store_committed_blocks"]) == (2, SLOTS)
 
     # Loading a's prefix touches it head last: a new chain then evicts b's tail, not a's head.
     step(w, kv, loads=[(a[:4], list(range(16, 20)))], saves=[(c, [20, 21])])

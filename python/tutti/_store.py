@@ -346,6 +346,14 @@ class Store:
         return _stats_dict(self._info().stats)
 
     @_serial
+    def occupancy(self) -> dict:
+        """``committed`` blocks of ``slots``, and ``evictions`` since open: one call, no I/O (cheap enough
+        for every step's metrics)."""
+        info = self._info()
+        return {"committed": int(info.n_committed), "slots": self._geometry.n_slots,
+                "evictions": int(info.stats.evictions)}
+
+    @_serial
     def written(self) -> dict:
         """Bytes the store wrote to each member, kept across restarts in the store itself (``_written_dict``).
 

@@ -104,7 +104,11 @@ def test_small_store_evicts_and_keeps_serving(vtmp, model, baseline, prompts, bl
     n_committed, n_slots = _committed(path)
     assert n_slots == 8 < n_prompt_blocks
     assert n_committed == n_slots
-    assert worker_stats(r1)["save_blocks"] > n_slots  # some were evicted
+    ws = worker_stats(r1)
+    assert ws["save_blocks"] > n_slots  # some were evicted
+    # ... and vLLM's metrics say so: every block stored beyond the 8 free slots evicted one
+    assert ws["store_evictions"] == ws["save_blocks"] - n_slots
+    assert (ws["store_committed_blocks"], ws["store_slots"]) == (n_committed, n_slots)
     r2 = run_engine(vtmp, "small2", model=model, prompts=prompts, store=path,
                     extra={"capacity": cap}, max_num_batched_tokens=4 * block)
     assert r2["outputs"] == baseline

@@ -209,6 +209,8 @@ class TuttiConnector(KVConnectorBase_V1, SupportsHMA):
     def get_kv_connector_stats(self) -> TuttiStats | None:
         # A worker's fetch thread adds to the stats under store_lock: taken and reset under it too.
         with self._worker.store_lock if self._worker is not None else contextlib.nullcontext():
+            if self._worker is not None:
+                self._worker.note_store()
             if self._stats.is_empty():
                 return None
             out = TuttiStats(data=dict(self._stats.data))

@@ -45,12 +45,15 @@ COUNTERS = (
     "save_skipped", "save_skipped_bytes",   # refused: never offered (a future miss, not an error)
     "save_skipped_unseen",                  # of those, blocks no earlier request had asked for
     "admission_pressure_steps",             # steps that found the budget's bucket below half
+    "store_evictions",   # worker: committed blocks the store evicted to make room for saves (summed over ranks)
 )
 
 # The budget's state: the latest value wins when intervals or roles are aggregated.
 GAUGES = (
     "write_budget_bytes_per_day",
     "write_budget_left_bytes",   # bytes in the bucket now (negative: overdrawn, write_admission all)
+    "store_committed_blocks",    # worker: blocks committed in this rank's store
+    "store_slots",               # worker: its slots (occupancy: committed / slots)
 )
 
 
@@ -102,6 +105,9 @@ class TuttiStats(KVConnectorStats):
         q = d.get("query_tokens", 0)
         out["hit_rate"] = round(d.get("hit_tokens", 0) / q, 3) if q else 0.0
         out["load_cut_tokens"] = d.get("load_cut_tokens", 0)
+        out["store_evictions"] = d.get("store_evictions", 0)
+        if d.get("store_slots"):
+            out["store_occupancy"] = round(d.get("store_committed_blocks", 0) / d["store_slots"], 3)
         return out
 
 

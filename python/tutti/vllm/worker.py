@@ -133,6 +133,21 @@ class WorkerSide(SavesMixin):
         self._fetch_thread = None
         self._fetches_seen = None
         self._fetched = []      # (rank, req_id), sent with the worker metadata
+        self._evictions_seen = 0  # the store's evictions counted into the stats so far (note_store)
+
+    def note_store(self):
+        """The store's evictions since the last call (a counter) and its occupancy (gauges), for vLLM's
+        metrics; called with the stats' interval (the caller holds store_lock)."""
+        if self.store is None:
+            return
+        try:
+            o = self.store.occupancy()
+        except Exception:  # noqa: BLE001 - a closed store reports nothing more
+            return
+        if o["evictions"] > self._evictions_seen:
+            self.stats.add(store_evictions=o["evictions"] - self._evictions_seen)
+        self._evictions_seen = o["evictions"]
+        self.stats.set(store_committed_blocks=o["committed"], store_slots=o["slots"])
 
     # --- set-up ---------------------------------------------------------------------
 
