@@ -139,6 +139,42 @@ def test_unwritten_layers_are_carried_over_within_the_step_budget(tmp_path):
     assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
 
 
+class FirstLayerFinal(Kernels):
+    """The first layer's kernels are done within the step: the save's transaction begins in its step
+    and only later layers are carried over (what a GPU does with a long prefill)."""
+
+    def mark(self):
+        m = super().mark()
+        m.done = len(self.marks) == 1
+        return m
+
+
+def test_a_fixed_drain_smaller_than_a_layer_is_a_rate(tmp_path):
+    """drain_bytes_per_step below one layer of a begun save (its left-over layers cannot be cut into
+    parts): a layer goes once the steps' unspent bytes add up to it — every second step at half a
+    layer, every fourth at a quarter — not one every step; the store exact."""
+    for div in (2, 4):
+        d = str(tmp_path / str(div))
+        os.makedirs(d)
+        w, kv, log, stats = make_worker(d, "slack", save_mode="deferred",
+                                        drain_bytes_per_step=LAYER_BYTES // div)
+        k = FirstLayerFinal(w)
+        run = Driver(w, kv)
+        run.step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
+        assert log.of("W", "submit") == [0] and not stats.data.get("save_parts")  # begun: not cut
+        k.run()
+        per_step = []
+        while not run.committed[-1]:
+            n0 = len(log.of("W", "submit"))
+            run.step()
+            per_step.append(len(log.of("W", "submit")) - n0)
+            assert len(per_step) <= div * N_LAYERS + 1
+        assert per_step == ([0] * (div - 1) + [1]) * (N_LAYERS - 1) + [0]
+        assert run.committed[-1] == set(keys("prefix"))
+        w.close()
+        assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
+
+
 @pytest.mark.parametrize("data_path", DATA_PATHS)
 def test_a_carried_save_larger_than_the_budget_is_drained_in_parts(tmp_path, data_path, request):
     """A save carried over whole whose layer is twice the step's drain: cut into two transactions of two

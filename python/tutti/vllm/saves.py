@@ -14,9 +14,10 @@ first in, first out:
   store does not stretch the step that commits it) are committed (the store's commit: flush,
   records; with TP ``tutti.tp.commit``, agreed at that step on every rank: see below), oldest
   first; then layers still queued (their KV not yet final in GPU memory, or held back by reads)
-  are submitted, oldest save first, up to ``drain_bytes_per_step`` bytes per step (at least one
-  layer, so every save progresses; ``auto``: drain.py, what the store writes in about a step: cut
-  when a drain is still being written two step ends later or held up a load).
+  are submitted, oldest save first, up to ``drain_bytes_per_step`` bytes per step (``auto``:
+  drain.py, what the store writes in about a step: cut when a drain is still being written two step
+  ends later or held up a load; at least one layer a step, so every save progresses.  A fixed size is
+  a rate: a layer larger than it goes once the steps' unspent bytes add up to it, _drain_paced).
 - A request that finishes while a save of its blocks is pending keeps its blocks: the scheduler
   side returns True from ``request_finished`` (vLLM's delay-free) and names the request in the
   next step's metadata (``held``); the worker reports it in ``get_finished`` (finished_sending)
@@ -120,6 +121,7 @@ class SavesMixin:
         self._drain_budget = None   # drain.py (drain_bytes_per_step auto), else the fixed size
         self._drains = deque()      # the last drains still being written: [saves, cut for it yet?]
         self._step_end = None       # perf_counter at the last finish_save
+        self._drain_credit = 0      # a fixed drain_bytes_per_step's bytes not spent yet (_drain_paced)
 
     def _set_pending_bound(self, num_blocks):
         """Bytes of pending saves held at most: a quarter of this rank's KV cache and half the
@@ -312,7 +314,7 @@ class SavesMixin:
                 more = more and caught_up
             b.step_drained(spent, more)
         else:
-            self._drain(self.cfg.drain_bytes_per_step)
+            self._drain_paced(self.cfg.drain_bytes_per_step)
         self._bound()
         self._note_io()
 
@@ -425,6 +427,30 @@ class SavesMixin:
         if saves and track:
             self._drains.append([saves, False])
         return spent, more
+
+    def _drain_paced(self, per_step):
+        """``drain_bytes_per_step`` fixed at N: N bytes a step on average.  The next layer to go, when
+        larger than N (a long prompt's layer, or any with a small N), waits until the steps' unspent N
+        add up to it instead of going out every step: the setting then bounds what drains take from the
+        steps beside them on average (on a GPU path their gathers and copies run beside the next
+        steps' kernels).  A save split into parts (_split_carried) has layers that fit."""
+        nxt = self._next_drain_bytes()
+        if nxt is None:  # nothing final to send: no credit saved up for a burst later
+            self._drain_credit = 0
+            return
+        credit = min(self._drain_credit + per_step, max(per_step, nxt))
+        if credit >= nxt:
+            spent, _ = self._drain(credit)
+            credit = max(credit - spent, 0) if spent else credit
+        self._drain_credit = credit
+
+    def _next_drain_bytes(self):
+        """Bytes of the layer the next drain would send first (None: none queued with its KV final)."""
+        for e in self._fifo:
+            if e.void or not e.queued:
+                continue
+            return self._layer_bytes(e) if self.io.ready(e.queued[0][1]) else None
+        return None
 
     def _bound(self):
         """Drop the oldest pending saves while their bytes exceed the bound (never wait), except
