@@ -299,8 +299,12 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
         busy, idle = out["deferred"]["decode_busy_s"], out["deferred"]["decode_idle_s"]
         if busy and idle:
             out["decode_busy_over_idle"] = statistics.median(busy) / statistics.median(idle)
+            # The mean too: a drain paced below a layer a step (a fixed drain_bytes_per_step is a rate)
+            # costs some steps and not others, which the median hides.
+            out["decode_busy_mean_over_idle"] = statistics.mean(busy) / statistics.median(idle)
         if busy and "none" in out and out["none"]["decode_idle_s"]:  # against the run that saves nothing
             out["decode_busy_over_none"] = statistics.median(busy) / statistics.median(out["none"]["decode_idle_s"])
+            out["decode_busy_mean_over_none"] = statistics.mean(busy) / statistics.median(out["none"]["decode_idle_s"])
     if "step" in out:
         out["step_over_none"] = out["step"]["ttft_median_s"] / none
     return out
@@ -314,8 +318,10 @@ def summary(s: dict) -> str:
     if "deferred" in s:
         d = s["deferred"]
         lat = d["write_latency_s"]
-        out += (f"; decode ({s['decode']}) while committing / after {s.get('decode_busy_over_idle', nan):.3f},"
-                f" / no saves {s.get('decode_busy_over_none', nan):.3f}; committed after "
+        out += (f"; decode ({s['decode']}) while committing / after {s.get('decode_busy_over_idle', nan):.3f}"
+                f" (mean {s.get('decode_busy_mean_over_idle', nan):.3f}),"
+                f" / no saves {s.get('decode_busy_over_none', nan):.3f}"
+                f" (mean {s.get('decode_busy_mean_over_none', nan):.3f}); committed after "
                 f"{d['decode_steps_to_commit']} decode steps; slack fit {d['slack_fit']}, drain size at the end "
                 f"{d['drain_bytes_end']}; saves cut into {d.get('save_parts', 0)} parts; write latency median "
                 f"{statistics.median(lat) * 1e3 if lat else nan:.1f} ms (max {max(lat) * 1e3 if lat else nan:.1f})")

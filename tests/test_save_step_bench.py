@@ -26,4 +26,7 @@ def test_save_step_benchmark_runs_on_cpu(tmp_path):
     assert all(1 <= n <= 48 for n in step["deferred"]["decode_steps_to_commit"])
     assert step["deferred"]["stats"]["save_blocks"] == 3 * 8 and step["step"]["stats"]["save_blocks"] == 3 * 8
     assert step["none"]["stats"]["save_blocks"] == 0
+    for k in ("decode_busy_over_idle", "decode_busy_mean_over_idle"):  # median and mean, both reported
+        assert step.get(k, 1.0) > 0
+    assert ("decode_busy_over_idle" in step) == ("decode_busy_mean_over_idle" in step)
     assert os.listdir(tmp_path) == ["res.json"]  # the stores went with the run
