@@ -49,7 +49,7 @@ def config(args):
         "path": os.path.join(args.dir, "kv{rank}.img"), "capacity": "4MiB", "max_pending_bytes": "1MiB",
         "load_policy": "all",   # the whole hit: what is tested here is the cluster, not the planner
         "cluster_master": args.master, "cluster_metadata": args.metadata, "cluster_port": args.port,
-        "cluster_fetch": args.fetch, "cluster_call_timeout_s": 1, "cluster_fetch_timeout_s": 3,
+        "cluster_fetch": args.fetch, "cluster_call_timeout_s": 5, "cluster_fetch_timeout_s": 5,
         "cluster_keeper_interval_s": 0.5, "cluster_index_bytes": 16 << 20, "cluster_fetch_wait_s": 20})
 
 

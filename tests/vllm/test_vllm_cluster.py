@@ -35,8 +35,10 @@ def master(tmp_path_factory):
 
 
 def cluster_keys(master, port=None):
+    # Calls to the master get 5 s: on a loaded 2-core CI machine a lookup once took over 1 s, and a
+    # call that times out is a miss (the blocks recomputed), which the tests that expect a fetch count.
     return {"cluster_master": master.address, "cluster_metadata": master.metadata,
-            "cluster_port": port or _port_with_scheduler(), "cluster_call_timeout_s": 1,
+            "cluster_port": port or _port_with_scheduler(), "cluster_call_timeout_s": 5,
             "cluster_fetch_timeout_s": 4, "cluster_keeper_interval_s": 0.5, "cluster_index_bytes": 16 << 20}
 
 
