@@ -101,6 +101,17 @@ def block_bytes(ref, b):
     return ref[:, b].contiguous().numpy().tobytes()
 
 
+def submits_until_committed(run, log, most):
+    """Empty steps until one commits; the layer writes each submitted (at most ``most`` steps)."""
+    per_step = []
+    while not run.committed[-1]:
+        n0 = len(log.of("W", "submit"))
+        run.step()
+        per_step.append(len(log.of("W", "submit")) - n0)
+        assert len(per_step) <= most
+    return per_step
+
+
 def test_a_save_is_committed_in_a_later_step(tmp_path):
     d = str(tmp_path)
     w, kv, log, stats = make_worker(d, "slack", save_mode="deferred")
@@ -126,12 +137,7 @@ def test_unwritten_layers_are_carried_over_within_the_step_budget(tmp_path):
     run.step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
     assert log.of("W", "submit") == []  # nothing final yet: all carried over
     k.run()
-    per_step = []
-    while not run.committed[-1]:
-        n0 = len(log.of("W", "submit"))
-        run.step()
-        per_step.append(len(log.of("W", "submit")) - n0)
-        assert len(per_step) <= N_LAYERS + 1
+    per_step = submits_until_committed(run, log, N_LAYERS + 1)
     assert per_step == [1] * N_LAYERS + [0]  # one layer a step, then the commit
     assert run.committed[-1] == set(keys("prefix"))
     assert stats.data.get("save_parts", 0) == 0     # its layer fits the budget: one transaction
@@ -163,12 +169,7 @@ def test_a_fixed_drain_smaller_than_a_layer_is_a_rate(tmp_path):
         run.step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
         assert log.of("W", "submit") == [0] and not stats.data.get("save_parts")  # begun: not cut
         k.run()
-        per_step = []
-        while not run.committed[-1]:
-            n0 = len(log.of("W", "submit"))
-            run.step()
-            per_step.append(len(log.of("W", "submit")) - n0)
-            assert len(per_step) <= div * N_LAYERS + 1
+        per_step = submits_until_committed(run, log, div * N_LAYERS + 1)
         assert per_step == ([0] * (div - 1) + [1]) * (N_LAYERS - 1) + [0]
         assert run.committed[-1] == set(keys("prefix"))
         w.close()

@@ -111,24 +111,23 @@ class Rank:
                 committed += [ev.key for ev in wr.settle(w, meta) if ev.key]
         return {"committed": len(committed)}
 
-    def op_published(self, n, timeout=20):
-        """Until this rank's node has published ``n`` blocks (its publisher thread, after the commits)."""
+    def _node_stats_when(self, key, n, timeout):
+        """This rank's node stats once its counter ``key`` reaches ``n``, or at the timeout."""
         end = time.monotonic() + timeout
         while True:
             st = self.w.cluster.stats()
-            if st.get("published", 0) >= n or time.monotonic() > end:
+            if st.get(key, 0) >= n or time.monotonic() > end:
                 return st
             time.sleep(0.02)
 
+    def op_published(self, n, timeout=20):
+        """Until this rank's node has published ``n`` blocks (its publisher thread, after the commits)."""
+        return self._node_stats_when("published", n, timeout)
+
     def op_served(self, n, timeout=10):
-        """This rank's node stats once it counts ``n`` blocks served (an owner counts a batch once its
-        send returned, so the requester may hold the blocks a moment earlier), or at the timeout."""
-        end = time.monotonic() + timeout
-        while True:
-            st = self.w.cluster.stats()
-            if st.get("blocks_served", 0) >= n or time.monotonic() > end:
-                return st
-            time.sleep(0.02)
+        """Until it counts ``n`` blocks served (an owner counts a batch once its send returned, so the
+        requester may hold the blocks a moment earlier)."""
+        return self._node_stats_when("blocks_served", n, timeout)
 
     def op_step(self, meta):
         """One vLLM step of this worker with the scheduler's metadata ``meta``."""

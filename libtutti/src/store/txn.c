@@ -554,7 +554,7 @@ static int finish_read(struct tt_txn *t)
 	struct tt_store *s = t->s;
 	struct tt_slots *sl = &s->slots;
 	uint32_t R = tt_objs_per_slot(&s->geo);
-	int verify = !(s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad;
+	int verify = txn_reads_verified(t);
 	int ok = 0, dropped = 0;
 
 	for (unsigned i = 0; i < t->n; i++) {
@@ -658,4 +658,9 @@ void tt_txn_abort_all(struct tt_store *s)
 void tt_txn_keep_bad(struct tt_txn *t)
 {
 	t->keep_bad = 1;
+}
+
+int txn_reads_verified(const struct tt_txn *t)
+{
+	return !(t->s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad;
 }

@@ -28,25 +28,31 @@ struct layer_sums {
 	const uint32_t *runs;	/* moved now: run r is ios runs[r] .. runs[r + 1] - 1 */
 };
 
+/* The checksum of the object of io tag @tag (block, span) of the layer, whose bytes are at @obj. */
+static void sum_obj(const struct layer_sums *ls, uint32_t tag, const char *obj)
+{
+	const struct tt_geometry *g = &ls->t->s->geo;
+	unsigned i = tag / g->n_spans, k = tag % g->n_spans;
+	uint32_t m = tt_obj_index(g, ls->layer, k);
+
+	ls->t->sums[(size_t)i * tt_objs_per_slot(g) + m] = tt_sum_object(obj, g->span_bytes, m);
+}
+
 static void layer_sum_one(void *arg, unsigned j)
 {
 	const struct layer_sums *ls = arg;
-	struct tt_txn *t = ls->t;
-	const struct tt_geometry *g = &t->s->geo;
 	struct tt_io *io = &ls->ios[j];
-	unsigned i = io->tag / g->n_spans, k = io->tag % g->n_spans;
-	uint32_t m = tt_obj_index(g, ls->layer, k);
 	char *mp = ls->dst[io->tag];
 
 	if (ls->read) {
 		if (txn_io_error(io))
 			return;	/* its bytes are not the block's: never copied, never hashed */
 		if (io->buf != mp)
-			memcpy(mp, io->buf, g->span_bytes);
-		if ((t->s->flags & TT_OPEN_NO_VERIFY) && !t->keep_bad)
+			memcpy(mp, io->buf, ls->t->s->geo.span_bytes);
+		if (!txn_reads_verified(ls->t))
 			return;
 	}
-	t->sums[(size_t)i * tt_objs_per_slot(g) + m] = tt_sum_object(mp, g->span_bytes, m);
+	sum_obj(ls, io->tag, mp);
 }
 
 /*
@@ -83,19 +89,16 @@ void txn_layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios,
  */
 static void layer_copy_mapped(const struct layer_sums *ls, uint32_t a, uint32_t b, const char *src)
 {
-	struct tt_txn *t = ls->t;
-	const struct tt_geometry *g = &t->s->geo;
-	int verify = !(t->s->flags & TT_OPEN_NO_VERIFY) || t->keep_bad;
+	uint32_t span = ls->t->s->geo.span_bytes;
+	int verify = txn_reads_verified(ls->t);
 
 	for (uint32_t j = a; j < b; j++) {
 		const struct tt_io *io = &ls->ios[j];
 		const char *p = src + (io->off - ls->ios[a].off);
-		unsigned i = io->tag / g->n_spans, k = io->tag % g->n_spans;
-		uint32_t m = tt_obj_index(g, ls->layer, k);
 
 		if (verify)
-			t->sums[(size_t)i * tt_objs_per_slot(g) + m] = tt_sum_object(p, g->span_bytes, m);
-		tt_copy_stream(ls->dst[io->tag], p, g->span_bytes);
+			sum_obj(ls, io->tag, p);
+		tt_copy_stream(ls->dst[io->tag], p, span);
 	}
 	tt_copy_stream_end();
 }

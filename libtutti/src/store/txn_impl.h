@@ -47,6 +47,8 @@ void txn_fail_layer(struct tt_txn *t, uint32_t layer, int err);
 int txn_io_error(const struct tt_io *io);
 /* Fail the block of every io of a layer that did not complete; the first error, 0 if none. */
 int txn_fail_ios(struct tt_txn *t, const struct tt_io *ios, uint32_t n);
+/* Are a read's bytes hashed and judged (verify on, or check() keeping bad blocks)? */
+int txn_reads_verified(const struct tt_txn *t);
 
 /* txn_cpu.c: the CPU's share of a host-memory layer, on the store's threads. */
 void txn_layer_sums(struct tt_txn *t, uint32_t layer, struct tt_io *ios, unsigned n_io,
