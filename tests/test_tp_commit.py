@@ -235,7 +235,7 @@ def test_commit_positions_align_a_reordered_transaction_with_the_group(tmp_path,
     format_stores(tmp_path, 1)
     fp = shard_fingerprint(tr.MODEL, 0, 1)
     peer = [True, True, False]  # the other rank made entries 0 and 1 durable, not entry 2
-    monkeypatch.setattr(tc, "agree", lambda flags, group=None: [f and p for f, p in zip(flags, peer)])
+    monkeypatch.setattr(tc, "agree", lambda flags, group=None, timeout=None: [f and p for f, p in zip(flags, peer)])
     with Store.open([tr.store_path(tmp_path, 0)], expect=fp) as s:
         buf = PagedBuffer.for_geometry(s.geometry, 3)
         buf.fill_random(range(3), 2)
@@ -259,7 +259,7 @@ def test_finish_that_fails_after_committing_is_rolled_back_here(tmp_path, monkey
     fp = shard_fingerprint(tr.MODEL, 0, 1)
     votes = []
 
-    def agree(flags, group=None):
+    def agree(flags, group=None, timeout=None):
         votes.append(list(flags))
         return list(flags)
     monkeypatch.setattr(tc, "agree", agree)

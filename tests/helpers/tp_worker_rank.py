@@ -14,7 +14,9 @@ register_kv_caches, as in vLLM.  --save-mode deferred (the default, as in the
 connector): each step is followed by an empty one, where its save is committed
 at the earliest; its commits count as the step's.  lag: deferred saves, rank 1's
 "kernels" finish a step late, so the ranks are ready to commit at different
-steps: prints per step the keys committed.
+steps: prints per step the keys committed.  shutdown --steps A,B: A saved and committed, B's save
+still pending when the worker closes (vLLM's shutdown); with --gone-rank R that rank exits without
+closing: prints the keys this rank holds after close and how long close took.
 """
 import argparse
 import datetime
@@ -55,7 +57,7 @@ def make_worker(args):
     first, end = head_range(KV_HEADS, args.rank, args.world)
     cfg = TuttiConfig.from_extra({"path": os.path.join(args.dir, "kv{rank}.img"),
                                   "capacity": "4MiB", "save_mode": args.save_mode,
-                                  "max_pending_bytes": "1MiB"})
+                                  "max_pending_bytes": "1MiB", "shutdown_drain_s": args.drain_s})
     shape = ModelShape(model_id="tests/tp-connector", dtype="float16", n_layers=N_LAYERS,
                        kv_heads=end - first, head_dim=HEAD_DIM, block_size=BLOCK,
                        tp_size=args.world)
@@ -239,9 +241,38 @@ def cmd_lag(args):
     print(json.dumps(out))
 
 
+def cmd_shutdown(args):
+    w, kv, (first, end) = make_worker(args)
+    old, new = map(int, args.steps.split(","))
+    for step in (old, new):
+        ids = list(range(step * BLOCKS_PER_STEP % NUM_BLOCKS, step * BLOCKS_PER_STEP % NUM_BLOCKS + BLOCKS_PER_STEP))
+        ref = reference(step)
+        for l in range(N_LAYERS):
+            kv[layer_name(l)][ids] = ref[l, :, first:end]
+        meta = TuttiMetadata(saves=[BlockTransfer(f"req{step}", step_keys(step), ids)], step=step + 1)
+        w.start_load(meta)
+        for l in range(N_LAYERS):
+            w.save_layer(meta, layer_name(l))
+        w.finish_save(meta)
+        if step == old:
+            settle(w, meta)
+    assert len(w._fifo) == 1, "the second step's save is not pending"
+    if args.rank == args.gone_rank:
+        sys.stdout.flush()
+        os._exit(0)  # gone without a word, as a worker killed during shutdown
+    t = time.monotonic()
+    w.close()
+    close_s = time.monotonic() - t
+    from tutti import Store
+    with Store.open([os.path.join(args.dir, f"kv{args.rank}.img")], readonly=True, shared=True) as s:
+        held = s.lookup(step_keys(old) + step_keys(new))
+    print(json.dumps({"held": [h is not None for h in held], "close_s": close_s,
+                      "dropped": w.stats.data.get("save_dropped", 0)}))
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["save", "load", "loadsave", "poison", "lag"])
+    ap.add_argument("mode", choices=["save", "load", "loadsave", "poison", "lag", "shutdown"])
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--dir", required=True)
@@ -249,11 +280,13 @@ def main():
     ap.add_argument("--steps", default="0")
     ap.add_argument("--fail-rank", type=int, default=1)
     ap.add_argument("--save-mode", default="deferred", choices=["deferred", "step"])
+    ap.add_argument("--drain-s", type=float, default=10.0)
+    ap.add_argument("--gone-rank", type=int, default=-1)
     args = ap.parse_args()
     dist.init_process_group("gloo", init_method=f"file://{args.rdv}", rank=args.rank,
                             world_size=args.world, timeout=datetime.timedelta(seconds=30))
     {"save": cmd_save, "load": cmd_load, "loadsave": cmd_loadsave,
-     "poison": cmd_poison, "lag": cmd_lag}[args.mode](args)
+     "poison": cmd_poison, "lag": cmd_lag, "shutdown": cmd_shutdown}[args.mode](args)
     dist.destroy_process_group()
 
 

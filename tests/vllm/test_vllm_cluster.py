@@ -10,6 +10,7 @@ never a wrong output.
 import os
 import random
 import signal
+import socket
 
 import pytest
 
@@ -19,11 +20,24 @@ from helpers.mooncake_master import Master
 from tutti import Store
 from tutti.cluster.local_master import StoreOwner, free_port_pair
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
-from vllm_engine import run_engine, scheduler_stats, worker_stats
+from vllm_engine import TP, run_engine, run_tp, scheduler_stats, tp_ranks, tp_shard, worker_stats
 
 
 def _port_with_scheduler() -> int:
     return free_port_pair(SCHEDULER_PORT_OFFSET)
+
+
+def _tp_ports() -> int:
+    """cluster_port for a TP engine: rank r's node listens on it + r, the scheduler's on it + 1000."""
+    for _ in range(20):
+        p = _port_with_scheduler()
+        try:
+            for r in range(1, TP):
+                socket.create_server(("127.0.0.1", p + r)).close()
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free loopback ports")
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +185,31 @@ def test_a_slow_peer_holds_back_only_its_own_request(vtmp, model, prompts, vocab
         assert cold_s < delay - 0.5 < remote_s, seen
     else:
         assert cold_s >= delay, seen
+
+
+def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model, prompts, block, master):
+    """vLLM itself with tensor_parallel_size=2 on both nodes. A's engine computes and stores the
+    prompts (each rank its own heads, its own store shard) and exits; an owner per shard keeps them
+    reachable. B's ranks each fetch their own heads from the owner of A's shard of the same rank
+    (the keys carry the rank) and load them: outputs identical to A's, which recomputed everything."""
+    path_a = os.path.join(vtmp, "cluster-tp-a", "kv.img")
+    res_a = run_tp(vtmp, "cluster-tp-a", model=model, prompts=prompts, store=path_a,
+                   extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+    owners = []
+    try:
+        for r in range(TP):
+            owners.append(Owner(vtmp, tp_shard(path_a, r), master))
+        path_b = os.path.join(vtmp, "cluster-tp-b", "kv.img")
+        res = run_tp(vtmp, "cluster-tp-b", model=model, prompts=prompts, store=path_b,
+                     extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+    finally:
+        rcs = [o.stop() for o in owners]
+    assert rcs == [0] * TP
+    assert res["outputs"] == res_a["outputs"]
+    want = len(prompts[0]) - block
+    assert scheduler_stats(res)["remote_hit_tokens"] >= want
+    for r, work in enumerate(tp_ranks(res)):
+        assert work["remote_blocks"] * block >= want, f"rank {r}"
+        assert work.get("remote_errors", 0) == 0 and work.get("load_errors", 0) == 0, f"rank {r}"
+        assert work["load_blocks"] >= work["remote_blocks"], f"rank {r}"
+        assert _blocks(tp_shard(path_b, r)) >= work["remote_blocks"], f"rank {r}"

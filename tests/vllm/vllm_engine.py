@@ -36,3 +36,32 @@ def worker_stats(result):
 
 def scheduler_stats(result):
     return result["stats"].get("scheduler", {})
+
+
+TP = 2
+
+
+def tp_bind():
+    """VLLM_CPU_OMP_THREADS_BIND for TP ranks of one CPU each (vLLM binds a rank per NUMA node unless told
+    which CPUs to use; this machine has one node). Skips the test where there are not TP CPUs."""
+    import pytest
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < TP:
+        pytest.skip(f"vLLM with tensor_parallel_size={TP} on CPU needs {TP} CPUs, this process may use {len(cpus)}")
+    return "|".join(str(c) for c in cpus[:TP])
+
+
+def run_tp(tmp, name, **kw):
+    """run_engine with tensor_parallel_size=TP: one worker process per rank, each its own store shard."""
+    env = dict(kw.pop("env_extra", None) or {}, VLLM_CPU_OMP_THREADS_BIND=tp_bind())
+    return run_engine(tmp, name, engine_args=dict(tensor_parallel_size=TP), env_extra=env, **kw)
+
+
+def tp_ranks(result):
+    """Each rank's worker stats."""
+    return [result["stats"].get(f"worker{r}", {}) for r in range(TP)]
+
+
+def tp_shard(path, r):
+    """Rank r's store: the connector appends .rank<r> to a path without {rank}."""
+    return f"{path}.rank{r}"

@@ -15,7 +15,9 @@ served, because ``lookup`` requires every rank to hold a key, and
 ``reconcile`` drops it when the group reopens.
 
 Collectives take any torch.distributed group (gloo on CPU; with NCCL the
-flags travel in a CUDA tensor).  ``group=None`` outside torch.distributed, or a
+flags travel in a CUDA tensor).  ``timeout`` (seconds, per collective) bounds
+each wait where a peer may be gone (shutdown): a collective that times out is
+a GroupError like a dead rank's, and the group is not used again.  ``group=None`` outside torch.distributed, or a
 group of one rank, is today's single-store commit.
 """
 import errno
@@ -36,10 +38,11 @@ def _group_size(group):
     return dist.get_world_size(group)
 
 
-def agree(flags, group=None) -> list:
+def agree(flags, group=None, timeout=None) -> list:
     """Per position: True only if every rank of ``group`` passed True there.
 
-    Every rank must call it with the same number of flags.
+    Every rank must call it with the same number of flags.  ``timeout``: seconds
+    to wait for the others (default: the group's own timeout).
     """
     flags = [bool(f) for f in flags]
     if _group_size(group) == 1:
@@ -52,13 +55,18 @@ def agree(flags, group=None) -> list:
         device = torch.device("cuda", torch.cuda.current_device())
     t = torch.tensor([int(f) for f in flags] or [1], dtype=torch.int32, device=device)
     try:
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+        if timeout is None:
+            dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+        else:
+            import datetime
+            work = dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group, async_op=True)
+            work.wait(timeout=datetime.timedelta(seconds=max(float(timeout), 0.001)))
     except Exception as e:  # gloo/NCCL raise RuntimeError or DistBackendError
         raise GroupError(f"TP group collective failed (a rank died?): {e}") from e
     return [bool(x) for x in t.tolist()[: len(flags)]]
 
 
-def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
+def commit(txn, group=None, width=None, hook=None, positions=None, timeout=None) -> list:
     """Commit the prepared-everywhere blocks of write transaction ``txn``; finishes it.
 
     ``width``: length of the flag vectors when ranks' transactions may hold a
@@ -66,7 +74,8 @@ def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
     ``positions``: block i of ``txn`` is entry ``positions[i]`` of that common
     list (default: i), for transactions that hold their blocks in another order.
     ``hook(phase)`` is called after "prepared", "agreed" and "committed"
-    (tracing, crash tests).  Returns per block of ``txn``: committed on every
+    (tracing, crash tests).  ``timeout``: a callable giving the seconds each
+    agreement may wait (or None).  Returns per block of ``txn``: committed on every
     rank.  Raises GroupError if a rank died; the blocks are then aborted
     (before agreement) or rolled back here (after), and the group reconciles
     when it reopens.
@@ -91,7 +100,7 @@ def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
         status = [-errno.EIO] * n
     _call(hook, "prepared")
     try:
-        everywhere = agree(spread([rc == 0 for rc in status]), group)
+        everywhere = agree(spread([rc == 0 for rc in status]), group, _left(timeout))
     except GroupError:
         txn.abort()
         raise
@@ -109,7 +118,7 @@ def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
         fresh = [everywhere[pos[i]] and not txn.present[i] for i in range(n)]
     _call(hook, "committed")
     try:
-        done = agree(spread([rc == 0 for rc in final]), group)
+        done = agree(spread([rc == 0 for rc in final]), group, _left(timeout))
     except GroupError:
         # Whether the others committed is unknown: absent here is never wrong.
         _rollback(txn, [i for i in range(n) if fresh[i]])
@@ -118,10 +127,14 @@ def commit(txn, group=None, width=None, hook=None, positions=None) -> list:
     return [done[pos[i]] for i in range(n)]
 
 
-def abstain(group=None, width=0) -> None:
+def abstain(group=None, width=0, timeout=None) -> None:
     """Take part in a commit of ``width`` blocks with nothing to commit (no transaction here)."""
-    agree([False] * width, group)
-    agree([False] * width, group)
+    agree([False] * width, group, _left(timeout))
+    agree([False] * width, group, _left(timeout))
+
+
+def _left(timeout):
+    return timeout() if callable(timeout) else timeout
 
 
 def _rollback(txn, idx):

@@ -27,24 +27,29 @@ def _faults() -> dict:
         loads = [k for k in os.environ.get("TUTTI_VLLM_TEST_LOAD_FAULTS", "").split(",") if k]
         if any(k not in LOAD_FAULTS for k in loads):
             raise ValueError(f"TUTTI_VLLM_TEST_LOAD_FAULTS: kinds are {', '.join(LOAD_FAULTS)}")
-        _plan.update(pid=os.getpid(), loads=loads,
+        _plan.update(pid=os.getpid(), loads=loads, rank=os.environ.get("TUTTI_VLLM_TEST_FAULT_RANK", ""),
                      crash_after=int(os.environ.get("TUTTI_VLLM_TEST_CRASH_AFTER_SAVED_LAYERS", "0")))
     return _plan
 
 
-def crash_point():
+def _mine(f, rank):
+    return f["rank"] in ("", str(rank))
+
+
+def crash_point(rank=0):
     """SIGKILL this process after N layers of saves were submitted (mid-transaction)."""
     f = _faults()
-    if f["crash_after"] > 0:
+    if f["crash_after"] > 0 and _mine(f, rank):
         f["crash_after"] -= 1
         if f["crash_after"] == 0:
             os.kill(os.getpid(), 9)
 
 
-def next_load_fault(store, keys):
+def next_load_fault(store, keys, rank=0):
     """The fault planned for this load (None: none); makes missing/checksum happen on disk."""
-    plan = _faults()["loads"]
-    if not plan:
+    f = _faults()
+    plan = f["loads"]
+    if not plan or not _mine(f, rank):
         return None
     kind = plan.pop(0)
     victim = keys[len(keys) // 2]

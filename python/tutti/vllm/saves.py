@@ -32,8 +32,9 @@ first in, first out:
   and committed in its step (as ``save_mode: step``; counted ``save_over_bound``) rather than never
   stored (single rank; with TP it is dropped).
 - At shutdown pending saves get ``shutdown_drain_s`` seconds to be written and committed; the
-  rest are dropped (counted).  With TP they are dropped at once: a commit needs every rank, and
-  at shutdown the others may be gone.
+  rest are dropped (counted).  With TP the ranks agree at shutdown too (vLLM stops its workers
+  together), with every collective bounded by the same deadline: a rank already gone costs the
+  others that wait, then the saves are dropped.
 
 Nothing computed over a block that failed to load is committed (worker.py, "Failed loads"): a
 save computed while the worker is fenced is void from the end of its step (aborted, reported
@@ -232,7 +233,7 @@ class SavesMixin:
             sent += per
             sv.inflight.add(layer)
             self._note_io()
-            fault_hooks.crash_point()
+            fault_hooks.crash_point(self.rank)
         sv.busy_s += time.perf_counter() - t
         return sent
 
@@ -484,18 +485,21 @@ class SavesMixin:
         sv.data_out = True
         return True
 
-    def _commit(self, sv):
-        """Commit ``sv`` (this rank's part of it; with TP agreed with every rank)."""
+    def _commit(self, sv, timeout=None):
+        """Commit ``sv`` (this rank's part of it; with TP agreed with every rank, each agreement
+        waiting at most ``timeout()`` seconds if given).  False if the commit itself failed (with TP:
+        the group may be broken)."""
         tp = self.shape.tp_size > 1
         if sv.void or sv.txn is None:
+            sv.data_out = True
             if tp:  # the other ranks commit these blocks: agree that none is here
                 from ..tp import abstain
                 try:
-                    abstain(self.tp_group(), len(sv.common))
+                    abstain(self.tp_group(), len(sv.common), timeout)
                 except Exception as e:  # noqa: BLE001 - a broken group: nothing is committed here
                     log.warning("tutti: TP commit agreement failed: %s", e)
-            sv.data_out = True
-            return
+                    return False
+            return True
         t = time.perf_counter()
         txn, keys = sv.txn, sv.keys
         for i, k in enumerate(keys):
@@ -511,7 +515,7 @@ class SavesMixin:
                 # first), held in reverse: block i is entry n - 1 - i of that list.
                 n = len(keys)
                 everywhere = commit(txn, self.tp_group(), width=len(sv.common),
-                                    positions=range(n - 1, -1, -1))
+                                    positions=range(n - 1, -1, -1), timeout=timeout)
                 status = [0 if ok else -errno.ECANCELED for ok in everywhere]
             else:
                 status = txn.finish()  # layers never submitted: -ENODATA, not committed
@@ -521,7 +525,7 @@ class SavesMixin:
             sv.data_out = True
             self.stats.add(save_errors=len(keys))
             self._report_unsaved(sv, set(keys))
-            return
+            return False
         sv.data_out = True
         sv.busy_s += time.perf_counter() - t
         dt = sv.busy_s if self._deferred else time.perf_counter() - sv.t0
@@ -546,6 +550,7 @@ class SavesMixin:
         failed = {k for k, p, rc in zip(keys, txn.present, status) if not p and rc}
         if failed:
             self._report_unsaved(sv, failed)
+        return True
 
     def _drop_fenced(self, sv):
         """A failed load may have fed this step's KV: abort its save, report it unsaved."""
@@ -649,18 +654,51 @@ class SavesMixin:
         self.abort_save()
         if not self._fifo:
             return
-        if self.shape.tp_size > 1:
-            self._drop_all("shutdown: a TP commit needs every rank")
-            return
         deadline = time.monotonic() + self.cfg.shutdown_drain_s
+        if self.shape.tp_size > 1:
+            self._close_saves_tp(deadline)
+            return
         while self._fifo and time.monotonic() < deadline and not self.fenced():
             e = self._fifo[0]
-            if not e.void:
-                while e.queued and time.monotonic() < deadline:
-                    if not self._issue(e, block=True):
-                        break
-                if e.queued:
-                    break
+            if not e.void and not self._write_out(e, deadline):
+                break
             self._fifo.popleft()
             self._commit(e)
         self._drop_all("shutdown: out of time (shutdown_drain_s)")
+
+    def _close_saves_tp(self, deadline):
+        """Shutdown with TP. vLLM stops its workers together and every rank holds the same pending
+        saves, so each writes out what it can by the deadline, then the ranks agree which saves are
+        written everywhere and commit those in order. Every collective waits only until the
+        deadline: a rank that is gone or late ends the others' wait there, and what is left is
+        dropped (absent on every rank, or committed on some only: never served, dropped by the next
+        start's reconcile)."""
+        from ..tp import agree
+        from ..tp.commit import GroupError
+
+        def left():
+            return max(deadline - time.monotonic(), 0.001)
+        fenced = self.fenced()
+        flags = []
+        for e in self._fifo:
+            ok = e.void or (not fenced and self._write_out(e, deadline))
+            flags.append(ok)
+            if not ok:
+                break
+        flags += [False] * (len(self._fifo) - len(flags))
+        try:
+            flags = agree(flags, self.tp_group(), left())
+        except GroupError as err:
+            log.warning("tutti: shutdown: TP agreement on pending saves failed: %s", err)
+            flags = []
+        for ok in flags:
+            if not ok or not self._commit(self._fifo.popleft(), left):
+                break
+        self._drop_all("shutdown: out of time (shutdown_drain_s) or not written on every rank")
+
+    def _write_out(self, e, deadline):
+        """Issue the rest of pending save ``e``'s layers, waiting for room, until ``deadline``; all issued?"""
+        while e.queued and time.monotonic() < deadline:
+            if not self._issue(e, block=True):
+                break
+        return not e.queued

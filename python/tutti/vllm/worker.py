@@ -269,7 +269,7 @@ class WorkerSide(SavesMixin):
             for t in meta.loads:
                 self.cluster.note_loaded(t.keys, t.req_id)
         t0 = time.perf_counter()
-        fault = fault_hooks.next_load_fault(self.store, keys)
+        fault = fault_hooks.next_load_fault(self.store, keys, self.rank)
         try:
             slots = self.store.lookup(keys[::-1])[::-1]  # heads touched last: evicted last
         except Exception as e:  # noqa: BLE001 - never fail the forward: recompute instead
