@@ -100,3 +100,25 @@ def test_a_lost_copy_is_made_again_by_the_next_fetcher(nodes):
     assert c.cmd("holds", seeds=SEEDS) == [True] * 8 and b.cmd("holds", seeds=SEEDS) == [True] * 8
     d = nodes("d", env=env)                                       # two copies again: D keeps none
     assert d.cmd("replicate", seeds=SEEDS)["transient"] == SEEDS
+
+
+def test_the_ranks_of_a_tp_engine_claim_as_one(nodes):
+    """Two TP = 2 engines, B and C, fetch A's blocks at once, their ranks interleaved (B's rank 0, then
+    C's ranks, then B's rank 1): with one claim to win per block, every rank of one engine wins it. Per-rank
+    claims would give B rank 0's shard and C rank 1's: a block neither engine can serve."""
+    def rank(name, r, group):
+        return nodes(f"{name}{r}", env={"NODE_REPLICAS": "2", "NODE_TP": f"{r}/2", "NODE_GROUP": group})
+    a = [rank("a", r, "a") for r in range(2)]
+    b = [rank("b", r, "b") for r in range(2)]
+    c = [rank("c", r, "c") for r in range(2)]
+    for n in a:
+        assert n.cmd("put", seeds=SEEDS) == 8
+    got = {}
+    for name, n in (("b0", b[0]), ("c0", c[0]), ("c1", c[1]), ("b1", b[1])):
+        got[name] = n.cmd("replicate", seeds=SEEDS)
+        assert got[name]["exact"] == [True] * 8, name
+    assert got["b0"]["transient"] == [] and got["b1"]["transient"] == [], "a rank of B lost its engine's claim"
+    assert got["c0"]["transient"] == SEEDS and got["c1"]["transient"] == SEEDS
+    for n in c:
+        assert n.cmd("drop", seeds=SEEDS) == 8
+    assert [n.cmd("holds", seeds=SEEDS) for n in b] == [[True] * 8] * 2

@@ -23,7 +23,9 @@ def key(seed: int, model: str) -> bytes:
 
 def main():
     path, model, port, master, metadata = sys.argv[1:6]
-    fp = Fingerprint(model_id=model, dtype="float16", n_layers=4, kv_heads=2, head_dim=64, block_size=16)
+    tp_rank, tp_size = map(int, os.environ.get("NODE_TP", "0/1").split("/"))  # a rank of a TP engine
+    fp = Fingerprint(model_id=model, dtype="float16", n_layers=4, kv_heads=2, head_dim=64, block_size=16,
+                     tp_rank=tp_rank, tp_size=tp_size)
     if not os.path.exists(path):
         Store.format(path, fp, n_slots=int(os.environ.get("NODE_SLOTS", "64")))
     store = Store.open(path, expect=fp)
@@ -36,7 +38,7 @@ def main():
                         send_threads=int(os.environ.get("NODE_SENDS", "0")),
                         peer_quarantine_s=float(os.environ.get("NODE_QUARANTINE", "30")),
                         replicas=int(os.environ.get("NODE_REPLICAS", "0")))
-    node = ClusterNode(store, cfg)
+    node = ClusterNode(store, cfg, group=os.environ.get("NODE_GROUP", ""))
     bb = store.block_bytes
     print(json.dumps({"ok": "ready", "block_bytes": bb}), flush=True)
     for line in sys.stdin:

@@ -89,8 +89,9 @@ class Rank:
         return self.shape.key_prefix() + block_hash(i)
 
     def ready(self):
+        node = self.w.cluster.node
         return {"rank": self.rank, "heads": [self.first, self.end], "endpoint": self.w.cluster.cfg.endpoint,
-                "joined": self.w.cluster.node is not None}
+                "joined": node is not None, "claims_as": node.claims._mine.decode() if node else None}
 
     def op_save(self, steps):
         """Prompt blocks 3s..3s+2 computed and saved in step s (the TP commit), the commits published."""

@@ -203,6 +203,8 @@ class Cluster:
         hellos = [p.ready() for p in ranks]
         assert [h["endpoint"] for h in hellos] == [f"127.0.0.1:{port + r}" for r in range(WORLD)]  # cluster_port + r
         assert all(h["joined"] for h in hellos), hellos
+        # The ranks claim replicas as one engine (cluster/claims.py): under the first rank's endpoint.
+        assert [h["claims_as"] for h in hellos] == [f"127.0.0.1:{port}"] * WORLD
         return ranks
 
     def scheduler(self, name, port):

@@ -15,6 +15,13 @@ client_ttl), and a node that drops the block (evicted, or closed) removes them, 
 can take its place.  A block fetched without a claim won is *transient*: it serves the request
 that fetched it and is then dropped from the store (vllm/worker.py); it is never published.
 
+With tensor parallelism each rank is a node of its own (its shard, its endpoint), but a copy is of
+use only if every rank of the engine keeps its shard of it: the ranks claim as one.  A claim's name
+then carries the fingerprint without the rank, and its value the engine's group (its first rank's
+endpoint), so when two engines fetch a block at once every rank of each reads back the same winner;
+per-rank claims could give one engine rank 0's shard and the other rank 1's, a block neither can
+serve.
+
 Claims cost two master calls per round (a put of every wanted name, one read of all of them), at
 most R - 1 rounds per fetch, every call bounded; while the master cannot be asked no claim is won
 (the blocks are transient: a miss later, never a wrong answer).
@@ -25,7 +32,7 @@ import logging
 import threading
 
 from .bounded import CallTimeout
-from .keys import claim_name
+from .keys import claim_name, group_fingerprint_id
 
 log = logging.getLogger("tutti.cluster")
 
@@ -34,8 +41,12 @@ log = logging.getLogger("tutti.cluster")
 class ReplicaClaims:
     """The replica claims one node holds: won through Mooncake, released when its copies go."""
 
-    def __init__(self, index, replicas: int):
+    def __init__(self, index, replicas: int, group: str = ""):
+        """``group``: the TP engine this node is a rank of (its first rank's endpoint); its ranks claim
+        as one.  Empty: this node alone."""
         self.index, self.replicas = index, replicas
+        self._mine = (group or index.endpoint).encode()
+        self._fp_id = group_fingerprint_id(index.store.fingerprint) if group else index.fp_id
         self.link, self.stats, self.lock = index.link, index.stats, index.lock
         self._held: dict = {}          # slot -> (store key, gen, claim name)
         self._mu = threading.Lock()    # the fetch thread claims while the keeper checks
@@ -52,12 +63,12 @@ class ReplicaClaims:
         if not self.limited:
             return {k for k, _, _ in copies}
         won: set = set()
-        mine = self.index.endpoint.encode()
+        mine = self._mine
         todo = copies
         for i in range(1, self.replicas):
             if not todo or not self.index.master_up.is_set():
                 break
-            names = [claim_name(self.index.fp_id, k, i) for k, _, _ in todo]
+            names = [claim_name(self._fp_id, k, i) for k, _, _ in todo]
             try:
                 # put keeps whatever was there first; only the read back tells who holds the claim
                 self.link.call(self.link.store.put_batch, names, [mine] * len(names),

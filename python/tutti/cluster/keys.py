@@ -15,6 +15,14 @@ def fingerprint_id(fp) -> bytes:
     return key_from_bytes(_binding.EXTENSION, json.dumps(fp.to_dict(), sort_keys=True).encode())
 
 
+def group_fingerprint_id(fp) -> bytes:
+    """16 bytes naming model, dtype, geometry and TP size but not the rank: what the ranks of one
+    tensor-parallel engine share (its replica claims)."""
+    d = fp.to_dict()
+    d["tp_rank"] = -1
+    return key_from_bytes(_binding.EXTENSION, json.dumps(d, sort_keys=True).encode())
+
+
 def block_name(fp_id: bytes, store_key: bytes) -> str:
     """The Mooncake object holding ``store_key``'s location descriptor."""
     return f"{PREFIX}/{fp_id.hex()}/{store_key.hex()}"

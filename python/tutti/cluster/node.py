@@ -37,7 +37,7 @@ RECORD_EVERY_S = 10.0  # how often the keeper refreshes this node's record (its 
 class ClusterNode:
     """Join the cluster with ``store`` (publishing what it holds), serve peers, fetch from them."""
 
-    def __init__(self, store, cfg: ClusterConfig, *, store_lock=None, publish_now: bool = True):
+    def __init__(self, store, cfg: ClusterConfig, *, store_lock=None, publish_now: bool = True, group: str = ""):
         cfg.check()
         self.store, self.cfg = store, cfg
         self.store_lock = store_lock or threading.RLock()
@@ -46,7 +46,7 @@ class ClusterNode:
         self.quarantine = Quarantine(cfg.peer_quarantine_s)
         self.index = ClusterIndex(store, self.link, self.store_lock, self.stats, quarantine=self.quarantine)
         self.transfers = Transfers(store, self.link, self.store_lock, self.stats, self.quarantine)
-        self.claims = ReplicaClaims(self.index, cfg.replicas)
+        self.claims = ReplicaClaims(self.index, cfg.replicas, group)  # group: a TP engine's ranks claim as one
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._dispatch, name="tutti-cluster-notify", daemon=True),
                          threading.Thread(target=self._keep, name="tutti-cluster-keeper", daemon=True)]

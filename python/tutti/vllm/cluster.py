@@ -160,6 +160,7 @@ class WorkerCluster:
             raise ConfigError(f"TuttiConnector: {e}") from None
         self.store, self.lock = store, lock
         self.cfg = worker_config(ccfg, rank)
+        self.group = ccfg.endpoint if tp_size > 1 else ""  # the ranks claim replicas as one
         self.node: Any = None  # tutti.cluster.ClusterNode once joined
         # Fetched copies this node may not keep: key -> [drop at (monotonic), requests still to load it].
         self._transient: dict = {}
@@ -173,7 +174,8 @@ class WorkerCluster:
     def _start(self) -> bool:
         from ..cluster.node import ClusterNode
         try:
-            self.node = ClusterNode(self.store, self.cfg, store_lock=self.lock, publish_now=False)
+            self.node = ClusterNode(self.store, self.cfg, store_lock=self.lock, publish_now=False,
+                                    group=self.group)
         except ClusterError as e:
             log.warning("tutti cluster: node %s: %s (local store only; retried every %g s)",
                         self.cfg.endpoint, e, RETRY_S)
