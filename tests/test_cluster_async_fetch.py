@@ -28,7 +28,7 @@ def _sched(tmp_path, tp=1, wait_s=30.0, held=None):
     s.fetch_async = True
     asked = []
 
-    def remote_prefix(snapshots, keys):
+    def remote_prefix(snapshots, keys, owners=None):
         asked.append(len(keys))
         return len(keys) if held is None else min(held, len(keys))
     s.cluster = NS(remote_prefix=remote_prefix, close=lambda: None)
@@ -139,7 +139,7 @@ class _SlowCluster:
         self.store, self.go, self.calls = store, go, []
         self.cfg = NS(call_timeout_s=0.5)
 
-    def fetch(self, keys, wanted_by=()):
+    def fetch(self, keys, wanted_by=(), owners=None):
         self.calls.append(list(keys))
         self.go.wait(10)
         for k in keys:
@@ -213,3 +213,25 @@ def test_the_worker_fetches_on_its_own_thread_and_reports_it(tmp_path):
     assert w.stats.data["remote_blocks"] == 3
     w.close()
     assert w._fetch_thread is None
+
+
+def test_blocks_a_fetch_brought_are_not_priced_as_a_fetch_again(tmp_path):
+    """The planner let the fetch go (fetches measured fast); by the time the blocks arrived the measured
+    fetch rate had fallen. The fetch is paid: the blocks are local and loaded, not cut as if they were
+    still to be fetched."""
+    from tutti.sched.online import MIN_SAMPLES, WINDOW
+
+    s, _ = _sched(tmp_path)
+    bb = s.shape.block_bytes_per_rank()
+    for _ in range(MIN_SAMPLES):
+        s.planner.observe_load(10 * bb, 10 * bb / 20e9, stall_s=1.0)    # fast local loads
+        s.planner.observe_step(1000, 1000 * 1e-4)                       # 1.6 ms to compute a block
+        s.planner.observe_fetch(10 * bb, 10 * bb / 20e9)                # fetches fast: fetching pays
+    req = _req("r", 10)
+    assert s.get_num_new_matched_tokens(req, 0) == (None, False)
+    assert [t.remote for t in _step(s).fetches] == [10]
+    for _ in range(WINDOW):
+        s.planner.observe_fetch(bb, bb / 1e6)                           # now 8 ms a block: would not pay
+    assert s.planner.blocks_to_load(10, 10 * BS + 1, remote_blocks=10) == 0
+    _step(s, **_arrived(s, req))
+    assert s.get_num_new_matched_tokens(req, 0) == (10 * BS, False)

@@ -174,7 +174,7 @@ def test_the_scheduler_prices_remote_hits_with_the_workers_fetch_reports(tmp_pat
     shape = ModelShape(model_id="tests/remote", dtype="float16", n_layers=32, kv_heads=8, head_dim=128,
                        block_size=BS, tp_size=1)
     s = SchedulerSide(cfg, shape, NS(cache_config=NS(prefix_caching_hash_algo="sha256")), TuttiStats())
-    s.cluster = NS(remote_prefix=lambda snapshots, keys: len(keys))      # peers hold every block
+    s.cluster = NS(remote_prefix=lambda snapshots, keys, owners=None: len(keys))  # peers hold every block
     bb = shape.block_bytes_per_rank()                                     # 2 MiB
     for _ in range(MIN_SAMPLES):
         s.planner.observe_load(10 * bb, 10 * bb / 20e9, stall_s=1.0)     # fast local loads
@@ -191,6 +191,70 @@ def test_the_scheduler_prices_remote_hits_with_the_workers_fetch_reports(tmp_pat
     assert s.get_num_new_matched_tokens(req, 0)[0] == 0
     report(0, 20e9)          # rank 0 fetched at 20 GB/s: every remote block pays
     assert s.get_num_new_matched_tokens(req, 0)[0] == 100 * BS
+
+
+def test_a_slow_peer_prices_only_its_own_blocks():
+    """Fetches from a fast peer and a slow one: each peer's blocks are priced at its own rate, a peer not
+    fetched from yet at the median of all; one median over both would price them alike."""
+    p = planner(read_bps=20e9, token_s=1e-4)                         # 1.6 ms to compute a block
+    for _ in range(3):
+        p.observe_fetch(64 * BLOCK_BYTES, 64 * BLOCK_BYTES / 10e9, {"fast:1": 64})   # 0.1 ms a block
+        p.observe_fetch(8 * BLOCK_BYTES, 8 * BLOCK_BYTES / 100e6, {"slow:1": 8})     # 10 ms a block
+    assert p.peer_fetch_bps("fast:1") == 10e9 and p.peer_fetch_bps("slow:1") == 100e6
+    assert p.peer_fetch_bps("new:1") == p.fetch_bps
+    new = 100 * BS + 16
+    assert p.blocks_to_load(100, new, remote_blocks=40, remote_owners=["fast:1"] * 40) == 100
+    assert p.blocks_to_load(100, new, remote_blocks=40, remote_owners=["slow:1"] * 40) == 60
+    # Half from each: the slow half costs what it costs, the fast half nearly nothing.
+    mixed = ["fast:1"] * 20 + ["slow:1"] * 20
+    assert p.predict_s(100, new, 60, mixed) == pytest.approx(
+        p.predict_s(100, new, 60, ["fast:1"] * 40) + 20 * BLOCK_BYTES * (1 / 100e6 - 1 / 10e9))
+    # Owners named for some blocks only: the rest at the median of all.
+    assert p.predict_s(100, new, 60, ["fast:1"] * 10) == pytest.approx(
+        p.predict_s(100, new, 60, ["fast:1"] * 40) + 30 * BLOCK_BYTES * (1 / p.fetch_bps - 1 / 10e9))
+
+
+def test_a_fetch_from_several_peers_counts_for_each_with_its_share():
+    p = LoadPlanner(BLOCK_BYTES, BS, L)
+    p.observe_fetch(4 * BLOCK_BYTES, 1.0, {"a:1": 3, "b:1": 1})
+    assert p.peer_fetch_bps("a:1") == 3 * BLOCK_BYTES and p.peer_fetch_bps("b:1") == BLOCK_BYTES
+    assert p.fetch_bps == 4 * BLOCK_BYTES
+    assert p.describe()["peer_fetch_MBps"] == {"a:1": round(3 * BLOCK_BYTES / 1e6, 2),
+                                               "b:1": round(BLOCK_BYTES / 1e6, 2)}
+
+
+def test_the_scheduler_prices_each_peers_blocks_with_that_peers_fetches(tmp_path):
+    """SchedulerSide: rank 0's fetch reports name their peers; a hit held by the fast peer is loaded
+    whole, the same hit held by the slow one is cut to its local part."""
+    from types import SimpleNamespace as NS
+
+    from tutti.vllm.config import ModelShape, TuttiConfig
+    from tutti.vllm.metadata import TuttiWorkerMeta
+    from tutti.vllm.scheduler import SchedulerSide
+    from tutti.vllm.stats import TuttiStats
+
+    cfg = TuttiConfig.from_extra({"path": str(tmp_path / "kv.img")})
+    shape = ModelShape(model_id="tests/remote-peers", dtype="float16", n_layers=32, kv_heads=8, head_dim=128,
+                       block_size=BS, tp_size=1)
+    s = SchedulerSide(cfg, shape, NS(cache_config=NS(prefix_caching_hash_algo="sha256")), TuttiStats())
+    holder = ["fast:1"]
+
+    def remote_prefix(snapshots, keys, owners=None):
+        if owners is not None:
+            owners += holder * len(keys)
+        return len(keys)
+    s.cluster = NS(remote_prefix=remote_prefix)
+    bb = shape.block_bytes_per_rank()
+    for _ in range(MIN_SAMPLES):
+        s.planner.observe_load(10 * bb, 10 * bb / 20e9, stall_s=1.0)
+        s.planner.observe_step(1000, 1000 * 1e-4)
+    meta = TuttiWorkerMeta(fetch_perf=[(0, 64 * bb, 64 * bb / 20e9, {"fast:1": 64}),
+                                       (0, 8 * bb, 8 * bb / 50e6, {"slow:1": 8})] * MIN_SAMPLES)
+    s.update_connector_output(NS(finished_sending=None, kv_connector_worker_meta=meta))
+    req = NS(request_id="r", num_prompt_tokens=100 * BS + 1, block_hashes=[b"h%d" % i for i in range(100)])
+    assert s.get_num_new_matched_tokens(req, 0)[0] == 100 * BS
+    holder[0] = "slow:1"
+    assert s.get_num_new_matched_tokens(req, 0)[0] == 0
 
 
 def _profile(read_gbps=None, n_layers=L):

@@ -473,11 +473,14 @@ class ClusterIndex:
                 out.append(d)
         return out
 
-    def lookup_prefix(self, keys) -> int:
-        """How many of ``keys``, from the first, other nodes hold (a prefix stops at its first miss)."""
+    def lookup_prefix(self, keys, owners: list | None = None) -> int:
+        """How many of ``keys``, from the first, other nodes hold (a prefix stops at its first miss);
+        ``owners`` gets each of those blocks' holder (endpoint)."""
         n = 0
         for d in self.lookup(keys):
             if d is None:
                 break
             n += 1
+            if owners is not None:
+                owners.append(d.endpoint)
         return n

@@ -66,10 +66,11 @@ class ClusterNode:
         """Blocks of ``keys``, from the first, that other nodes hold (connector keys)."""
         return self.index.lookup_prefix(keys)
 
-    def fetch(self, keys, into) -> list:
+    def fetch(self, keys, into, owners: list | None = None) -> list:
         """Fetch the blocks of connector ``keys`` from their owners into writable buffers ``into`` (one
         per key, block_bytes each); per key True only if those bytes match the owner's committed checksum.
-        A False leaves undefined bytes in its buffer: that block is recomputed."""
+        A False leaves undefined bytes in its buffer: that block is recomputed.  ``owners``: gets, per
+        key, the endpoint it was asked of (None: no peer held it)."""
         keys, into = list(keys), list(into)
         if len(keys) != len(into):
             raise ValueError(f"{len(keys)} keys but {len(into)} buffers")
@@ -77,6 +78,8 @@ class ClusterNode:
             if memoryview(b).nbytes != self.store.block_bytes:
                 raise ValueError(f"each buffer must hold one block ({self.store.block_bytes} bytes)")
         descs = self.index.lookup(keys)
+        if owners is not None:
+            owners += [d.endpoint if d is not None else None for d in descs]
         result = [False] * len(keys)
         by_owner = collections.defaultdict(list)
         for i, d in enumerate(descs):
@@ -101,17 +104,17 @@ class ClusterNode:
     # the test VM's disk: 0.20 s as puts, 0.034 s as one transaction), with the buffer bounded.
     REPLICA_CHUNK_BYTES = 256 << 20
 
-    def fetch_into_store(self, keys, transient: list | None = None) -> list:
+    def fetch_into_store(self, keys, transient: list | None = None, owners: list | None = None) -> list:
         """Fetch blocks into this store; per key True only if its block was verified and is now in this
         store.  Each is a replica this node keeps (and publishes) unless ``cluster_replicas`` limits the
         copies and it won no claim (claims.py): then its key is appended to ``transient`` — the caller
-        uses it and drops it (``drop``); never published."""
+        uses it and drops it (``drop``); never published.  ``owners``: as for ``fetch``."""
         keys = list(keys)
         bb = self.store.block_bytes
         per = max(1, self.REPLICA_CHUNK_BYTES // bb)
         ok: list = []
         for c in range(0, len(keys), per):
-            ok += self._fetch_chunk(keys[c:c + per])
+            ok += self._fetch_chunk(keys[c:c + per], owners)
         good = [k for k, g in zip(keys, ok) if g]
         if self.claims.limited and good:
             with self.store_lock:
@@ -144,12 +147,12 @@ class ClusterNode:
         self.stats["replicas_dropped"] += len(slots)
         return slots
 
-    def _fetch_chunk(self, keys) -> list:
+    def _fetch_chunk(self, keys, owners=None) -> list:
         bb, n = self.store.block_bytes, len(keys)
         buf = mmap.mmap(-1, n * bb)  # blocks back to back: the layout a contiguous memmap describes
         try:
             views = [memoryview(buf)[i * bb:(i + 1) * bb] for i in range(n)]
-            ok = self.fetch(keys, views)
+            ok = self.fetch(keys, views, owners)
             for v in views:
                 v.release()
             good = [i for i in range(n) if ok[i]]

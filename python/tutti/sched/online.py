@@ -16,9 +16,12 @@ rate more than STALE_FACTOR off the estimate drops the old samples: the store is
 
 Remote blocks (cluster tier: the last ``remote`` blocks of a hit, held by peers) cost more: the worker
 fetches them into its store before the forward starts (nothing hides that), then loads them like local
-ones.  So each loaded remote block adds ``block_bytes / fetch_bps`` ahead of the pipeline above, the
-fetch rate being the median of the workers' fetches (bytes asked over the time the fetch took, failures
-included: a peer that times out is slow).  Before the first fetch is measured, and when no fetch was
+ones.  So each loaded remote block adds ``block_bytes / rate`` ahead of the pipeline above, the rate
+being its holder's: the median of the workers' fetches from that peer (bytes asked over the time the
+fetch took, failures included: a peer that times out is slow), else, for a peer not yet fetched from,
+the median over all peers.  A fetch from several peers at once counts for each with its share of the
+bytes over the whole time (a lower bound: they ran in parallel), so a slow peer prices its own blocks,
+not everyone's.  Before the first fetch is measured, and when no fetch was
 measured for PROBE_EVERY_S while remote blocks were being cut, it is DEFAULT_FETCH_BPS — and after such
 a pause one hit is let through whole, so the rate is measured again instead of the default ruling
 forever.  The predicted time is convex in the blocks loaded, so its minimum is at the end of the local
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
@@ -55,6 +58,7 @@ DEFAULT_FETCH_BPS = 200e6
 PROBE_EVERY_S = 60.0  # remote blocks cut this long without a fetch measured: measure again;
                       # the same for local blocks cut whole without a load measured
 STALE_FACTOR = 2.0    # a probe's read rate this far from the estimate: the store changed, measure anew
+MAX_PEERS = 256       # peers whose fetch rates are kept (the least recently fetched from go first)
 
 
 class LoadPlanner:
@@ -76,6 +80,7 @@ class LoadPlanner:
         self._probing = False                         # a hit was let through whole to measure again
         self._token: deque = deque(maxlen=WINDOW)     # compute seconds per token
         self._fetch: deque = deque(maxlen=WINDOW)     # bytes/s of fetches from peers (cluster tier)
+        self._peer_fetch: OrderedDict = OrderedDict()  # peer -> deque of its fetches' bytes/s
         self._clock = clock
         self._last_fetch: float | None = None         # when a fetch was last measured (or probed)
         self.prior = prior
@@ -103,17 +108,43 @@ class LoadPlanner:
         if tokens >= self.min_step_tokens and compute_s > 0:
             self._token.append(compute_s / tokens)
 
-    def observe_fetch(self, nbytes: int, wall_s: float) -> None:
+    def observe_fetch(self, nbytes: int, wall_s: float, peers: dict | None = None) -> None:
         """A worker's fetch of remote blocks into its store: the bytes it asked for and how long it
-        took (blocks that did not arrive included)."""
-        if nbytes > 0 and wall_s > 0:
-            self._fetch.append(nbytes / wall_s)
-            self._last_fetch = self._clock()
+        took (blocks that did not arrive included); ``peers``: blocks asked of each peer."""
+        if not (nbytes > 0 and wall_s > 0):
+            return
+        self._fetch.append(nbytes / wall_s)
+        self._last_fetch = self._clock()
+        total = sum(peers.values()) if peers else 0
+        for peer, blocks in (peers or {}).items():
+            if blocks > 0:
+                w = self._peer_fetch.pop(peer, None) or deque(maxlen=WINDOW)
+                w.append(nbytes * blocks / total / wall_s)
+                self._peer_fetch[peer] = w
+        while len(self._peer_fetch) > MAX_PEERS:
+            self._peer_fetch.popitem(last=False)
 
     @property
     def fetch_bps(self) -> float:
         """The fetch rate remote blocks are priced at: measured, else DEFAULT_FETCH_BPS."""
         return statistics.median(self._fetch) if self._fetch else DEFAULT_FETCH_BPS
+
+    def peer_fetch_bps(self, peer) -> float:
+        """The rate blocks held by ``peer`` are priced at: its fetches' median, else fetch_bps."""
+        w = self._peer_fetch.get(peer)
+        return statistics.median(w) if w else self.fetch_bps
+
+    def _fetch_s(self, blocks: int, owners) -> float:
+        """Seconds to fetch the first ``blocks`` remote blocks, ``owners`` naming each one's holder
+        (blocks past its end, or all without it, at fetch_bps)."""
+        if blocks <= 0:
+            return 0.0
+        named = list(owners or ())[:blocks]
+        per = {}
+        for o in named:
+            per[o] = per.get(o, 0) + 1
+        s = sum(n * self.block_bytes / self.peer_fetch_bps(o) for o, n in per.items())
+        return s + (blocks - len(named)) * self.block_bytes / self.fetch_bps
 
     @property
     def read_bps(self) -> float | None:
@@ -149,9 +180,11 @@ class LoadPlanner:
         c = self._compute_s(new_tokens, 0)
         return None if c is None else c / max(new_tokens, 1)
 
-    def predict_s(self, load_blocks: int, new_tokens: int, remote_from: int | None = None) -> float | None:
+    def predict_s(self, load_blocks: int, new_tokens: int, remote_from: int | None = None,
+                  owners=None) -> float | None:
         """Predicted time of a request loading ``load_blocks`` of its ``new_tokens`` (fetch of the
-        remote ones, then the forward), where the blocks from ``remote_from`` on are remote."""
+        remote ones, then the forward), where the blocks from ``remote_from`` on are remote, held by
+        ``owners`` (one peer per remote block, in order; optional)."""
         rb = self.read_bps
         loaded = load_blocks * self.block_size
         compute = self._compute_s(new_tokens - loaded, loaded)
@@ -160,18 +193,19 @@ class LoadPlanner:
         load = load_blocks * self.block_bytes / rb
         fetch = 0.0
         if remote_from is not None and load_blocks > remote_from:
-            fetch = (load_blocks - remote_from) * self.block_bytes / self.fetch_bps
+            fetch = self._fetch_s(load_blocks - remote_from, owners)
         return fetch + max(load, compute) + load / self.n_layers
 
-    def blocks_to_load(self, hit_blocks: int, new_tokens: int, remote_blocks: int = 0) -> int:
+    def blocks_to_load(self, hit_blocks: int, new_tokens: int, remote_blocks: int = 0, remote_owners=None) -> int:
         """Of ``hit_blocks`` stored blocks at the head of ``new_tokens`` tokens still to process, the
-        last ``remote_blocks`` of them held by peers, how many to load (the rest recomputed)."""
+        last ``remote_blocks`` of them held by peers (``remote_owners``: each one's holder, in order),
+        how many to load (the rest recomputed)."""
         if hit_blocks <= 0:
             return 0
         remote_blocks = min(max(remote_blocks, 0), hit_blocks)
         local = hit_blocks - remote_blocks
         rfrom = local if remote_blocks else None
-        full = self.predict_s(hit_blocks, new_tokens, rfrom)
+        full = self.predict_s(hit_blocks, new_tokens, rfrom, remote_owners)
         if full is None:
             return hit_blocks
         tt = self._effective_token_s(new_tokens)
@@ -184,8 +218,8 @@ class LoadPlanner:
         cands = {min(max(c, 0), hit_blocks) for c in (k - 1, k, k + 1, local, 0, hit_blocks)}
         if self.token_s is None:  # the profile's curve: not linear in the tokens, so look around too
             cands |= {hit_blocks * i // 32 for i in range(33)}
-        best = min(cands, key=lambda b: (self.predict_s(b, new_tokens, rfrom), -b))
-        if best < hit_blocks and self.predict_s(best, new_tokens, rfrom) <= MIN_GAIN * full:  # type: ignore[operator]
+        best = min(cands, key=lambda b: (self.predict_s(b, new_tokens, rfrom, remote_owners), -b))
+        if best < hit_blocks and self.predict_s(best, new_tokens, rfrom, remote_owners) <= MIN_GAIN * full:  # type: ignore[operator]
             if remote_blocks and self._probe_due():  # the cut takes remote blocks first
                 return hit_blocks  # no fetch measured for long: this hit fetches them, to measure
             if best == 0 and self._read_probe_due():
@@ -224,6 +258,7 @@ class LoadPlanner:
         return {"read_MBps": round(rb / 1e6, 2) if rb else None,
                 "token_us": round(tt * 1e6, 2) if tt else None,
                 "fetch_MBps": round(self.fetch_bps / 1e6, 2),
+                "peer_fetch_MBps": {p: round(statistics.median(w) / 1e6, 2) for p, w in self._peer_fetch.items()},
                 "read_samples": len(self._io_bound_bps()),
                 "token_samples": len(self._token),
                 "fetch_samples": len(self._fetch), "profile": self.prior is not None}

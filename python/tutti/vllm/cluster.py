@@ -122,16 +122,20 @@ class SchedulerCluster:
             self._indexes[rank] = idx
         return idx
 
-    def remote_prefix(self, snapshots, keys) -> int:
+    def remote_prefix(self, snapshots, keys, owners: list | None = None) -> int:
         """How many of ``keys``, from the first, peers hold for every rank (0 while the client is
-        not connected, the master is down, or a rank's store is not there yet)."""
+        not connected, the master is down, or a rank's store is not there yet).  ``owners``: gets
+        rank 0's holder (endpoint) of each of those blocks, the planner's per-peer fetch rates' key."""
         if not keys or self.link is None or not self.master_up.is_set() or any(s is None for s in snapshots):
             return 0
         n = len(keys)
+        held: list = []
         for rank, snap in enumerate(snapshots):
-            n = min(n, self._index(rank, snap).lookup_prefix(keys[:n]))
+            n = min(n, self._index(rank, snap).lookup_prefix(keys[:n], held if rank == 0 else None))
             if n == 0:
                 break
+        if owners is not None:
+            owners += held[:n]
         return n
 
     def close(self) -> None:
@@ -207,18 +211,19 @@ class WorkerCluster:
         if keys:
             self._todo.put(list(keys))
 
-    def fetch(self, keys, wanted_by=()) -> list:
+    def fetch(self, keys, wanted_by=(), owners: list | None = None) -> list:
         """Fetch ``keys`` from their owners into the store (call *without* the store lock: the node's
         thread that takes the owner's answer may be waiting for it); per key True when its block is
         now in the store, verified against its owner's committed checksum.  With cluster_replicas a
         block that won no claim is transient: kept until the requests ``wanted_by`` have loaded it
-        (``wait_for``, ``note_loaded``), then dropped (``drop_used``)."""
+        (``wait_for``, ``note_loaded``), then dropped (``drop_used``).  ``owners``: gets the endpoint
+        each key was asked of (tutti.cluster.ClusterNode.fetch)."""
         node = self.node
         if node is None or not keys:
             return [False] * len(keys)
         transient: list = []
         try:
-            ok = node.fetch_into_store(keys, transient)
+            ok = node.fetch_into_store(keys, transient, owners)
         except (CallTimeout, ClusterError, OSError) as e:  # the store's put failing: a miss, said once
             log.warning("tutti cluster: fetching %d blocks failed: %s", len(keys), e)
             return [False] * len(keys)

@@ -106,7 +106,7 @@ class TuttiWorkerMeta(KVConnectorWorkerMetadata):
     unsaved: list = field(default_factory=list)
     drained: list = field(default_factory=list)
     # For the load planner (tutti.sched.online): (rank, bytes, wall_s, stall_s) of finished loads,
-    # (rank, step, forward_s, stall_s) of forwards, (rank, bytes, wall_s) of fetches from peers.
+    # (rank, step, forward_s, stall_s) of forwards, (rank, bytes, wall_s, {peer: blocks}) of fetches from peers.
     load_perf: list = field(default_factory=list)
     step_perf: list = field(default_factory=list)
     fetch_perf: list = field(default_factory=list)

@@ -200,24 +200,28 @@ class SchedulerSide:
         st.cut_blocks = 0
         # Blocks a finished fetch brought are local now, but still count as remote hits.
         st.remote_from = last if st.fetched_from is None else min(st.fetched_from, last)
+        remote, owners = 0, []  # blocks still to fetch and their holders (none once a fetch is over)
         if self.cluster is not None and last < limit and self.fetch_async:
             if self._fetch_pending(request, st, first, last, limit):
                 return None, False  # vLLM asks again next step; other requests' steps go on
         elif self.cluster is not None and last < limit:
             # Blocks after the local hit that peers hold: fetched into the store by the workers
             # before the step's read (vllm/cluster.py).
-            last += self._peers_hold(hashes, last, limit)
+            remote = self._peers_hold(hashes, last, limit, owners)
+            last += remote
         if self.planner is not None and last > first:
-            # Remote blocks (the hit's tail) are priced with the measured fetch rate: fetch + load.
+            # Blocks still to fetch (the hit's tail) are priced with their holders' measured fetch
+            # rates: fetch + load.  Blocks an async fetch brought already are local: the fetch is paid.
             k = self.planner.blocks_to_load(last - first, request.num_prompt_tokens - num_computed_tokens,
-                                            remote_blocks=last - st.remote_from)
+                                            remote_blocks=remote, remote_owners=owners)
             st.cut_blocks, last = last - first - k, first + k
         return (last - first) * self.block_size, False
 
-    def _peers_hold(self, hashes, last, limit) -> int:
-        """How many blocks from ``last`` on peers hold for every rank: one batched, bounded lookup."""
+    def _peers_hold(self, hashes, last, limit, owners=None) -> int:
+        """How many blocks from ``last`` on peers hold for every rank: one batched, bounded lookup;
+        ``owners`` gets each one's holder (rank 0's)."""
         return self.cluster.remote_prefix([r._snapshot() for r in self.ranks],
-                                          [self.key(h) for h in hashes[last:limit]])
+                                          [self.key(h) for h in hashes[last:limit]], owners)
 
     def _fetch_pending(self, request, st, first, last, limit) -> bool:
         """cluster_fetch async: True while the request waits for blocks peers hold (fetched into
@@ -241,12 +245,13 @@ class SchedulerSide:
         if st.no_remote:
             return False
         hashes = request.block_hashes
-        n = self._peers_hold(hashes, last, limit)
+        owners: list = []
+        n = self._peers_hold(hashes, last, limit, owners)
         if n <= 0:
             return False
         if self.planner is not None:
             k = self.planner.blocks_to_load(last + n - first, request.num_prompt_tokens - st.local_tokens,
-                                            remote_blocks=n)
+                                            remote_blocks=n, remote_owners=owners)
             if first + k <= last:
                 return False  # fetching would not pay: the local hit (or its planned part) goes now
         # The whole hit's keys: the workers touch the local ones too, so the fetched blocks do
@@ -536,9 +541,9 @@ class SchedulerSide:
         for rank, nbytes, wall_s, stall_s in getattr(meta, "load_perf", ()):
             if rank == 0:
                 self.planner.observe_load(nbytes, wall_s, stall_s)
-        for rank, nbytes, wall_s in getattr(meta, "fetch_perf", ()):
+        for rank, nbytes, wall_s, *peers in getattr(meta, "fetch_perf", ()):
             if rank == 0:
-                self.planner.observe_fetch(nbytes, wall_s)
+                self.planner.observe_fetch(nbytes, wall_s, peers[0] if peers else None)
         for rank, step, forward_s, stall_s in getattr(meta, "step_perf", ()):
             tokens = self.step_tokens.pop(step, None) if rank == 0 else None
             if tokens:

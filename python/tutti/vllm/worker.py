@@ -48,6 +48,7 @@ side (taint.py) knows which vLLM blocks hold KV computed over a bad block and
 offers no save whose request attends over one.  Saves dropped by the fence are
 reported back (``unsaved``) and offered again once their KV is sound.
 """
+import collections
 import errno
 import logging
 import queue
@@ -239,13 +240,15 @@ class WorkerSide(SavesMixin):
             return
         t0 = time.perf_counter()
         wanted = set(want)
-        ok = cluster.fetch(want, [r for r, rkeys in requests if wanted.intersection(rkeys)])
+        owners: list = []
+        ok = cluster.fetch(want, [r for r, rkeys in requests if wanted.intersection(rkeys)], owners)
         n = sum(ok)
         got = [k for k, good in zip(want, ok) if good]
         with self.store_lock:
-            if self._perf:  # the planner prices remote blocks with it (failures included)
+            if self._perf:  # the planner prices remote blocks with it (failures included), per peer
                 self._fetch_perf = self._fetch_perf[-15:] + [(self.rank, len(want) * self.layout.block_bytes,
-                                                              time.perf_counter() - t0)]
+                                                              time.perf_counter() - t0,
+                                                              dict(collections.Counter(o for o in owners if o)))]
             self.stats.add(remote_blocks=n, remote_errors=len(want) - n)
             if got and self.store is not None:  # the scheduler's index learns of the replicas
                 self._events += [SlotEvent(self.rank, s, k) for k, s in zip(got, self.store.lookup(got))
