@@ -81,6 +81,19 @@ def test_huge_sizes_get_the_real_reason(tmp_path):
     assert not (tmp_path / "s.img").exists()
 
 
+def test_a_tp_store_path_names_its_shards(tmp_path):
+    """The connector keeps a TP engine's store as PATH.rank0, PATH.rank1: given PATH, the error says so."""
+    base = tmp_path / "kv.tutti"
+    for r in range(2):
+        run(["format", f"{base}.rank{r}", *SMALL, "--slots", "4"])
+    for cmd in ("info", "check"):
+        res = run([cmd, base], expect=EXIT_STORE)
+        assert "tensor-parallel store of 2 shard(s)" in res.output and ".rank0 ... .rank1" in res.output, res.output
+        assert len(res.output.strip().splitlines()) == 1
+    res = run(["info", tmp_path / "nothing.tutti"], expect=EXIT_STORE)
+    assert "tensor-parallel" not in res.output
+
+
 def test_an_os_error_names_its_file():
     """Python's own OSError keeps the path apart from its reason: "bench: Permission denied" named nothing."""
     from tutti.cli.common import _store_error

@@ -367,7 +367,27 @@ def _open(paths, what: str, **kw):
     try:
         return Store.open(list(paths), **kw)
     except OSError as e:
-        raise _store_error(e, what) from None
+        err = _store_error(e, what)
+        hint = _shard_hint(paths) if e.errno == errno.ENOENT else None
+        if hint:
+            err = CliError(f"{err.format_message()}; {hint}", err.exit_code)
+        raise err from None
+
+
+def _shard_hint(paths):
+    """A path that is missing but has tensor-parallel shards (the connector appends .rank<N> to a
+    path without {rank} when TP > 1): name them, each is a store of its own."""
+    for p in map(os.fspath, paths):
+        if os.path.exists(p) or "{rank}" in p:
+            continue
+        shards = []
+        while os.path.exists(f"{p}.rank{len(shards)}"):
+            shards.append(f"{p}.rank{len(shards)}")
+        if shards:
+            last = f" ... .rank{len(shards) - 1}" if len(shards) > 1 else ""
+            return (f"it is a tensor-parallel store of {len(shards)} shard(s), each a store of its own: "
+                    f"give the path with .rank0{last}")
+    return None
 
 
 def _store_summary(s) -> dict:
