@@ -413,3 +413,23 @@ def test_scheduler_holds_a_finished_request_only_while_a_save_may_be_pending(tmp
     s.reqs["R"] = _ReqState(r)
     s.build_connector_meta(output([new("R", [10, 11, 12, 13], 0)], sched={"R": 65}))
     assert s.request_finished(r) == (False, None)
+
+
+def test_a_block_two_pending_saves_write_is_counted_once(tmp_path):
+    """Two requests save the same prefix in consecutive steps, the second before the first's save is
+    committed (deferred): both are written, the first commit keeps its slot and the second finds the
+    keys stored. save_blocks counts the blocks stored (N), not the writes (2N); the store is exact."""
+    d = str(tmp_path)
+    w, kv, _, stats = make_worker(d, "slack", save_mode="deferred")
+    run = Driver(w, kv)
+    run.step(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)], computed=(PREFIX_IDS, reference(1)))
+    run.step(saves=[BlockTransfer("r2", keys("prefix"), NEW_IDS)], computed=(NEW_IDS, reference(1)))
+    assert run.committed[-1] == set(keys("prefix"))   # r1's save, committed in r2's step
+    run.step()
+    run.step()
+    assert not w._fifo
+    assert stats.data["save_blocks"] == N and stats.data["save_bytes"] == N * BLOCK_BYTES
+    w.close()
+    assert stored(d, keys("prefix")) == [block_bytes(reference(1), b) for b in range(N)]
+    with Store.open([os.path.join(d, "kv.img")], readonly=True, shared=True) as s:
+        assert s.info()["n_committed"] == N

@@ -187,14 +187,21 @@ def test_a_slow_peer_holds_back_only_its_own_request(vtmp, model, prompts, vocab
         assert cold_s >= delay, seen
 
 
-def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model, prompts, block, master):
+@pytest.fixture(scope="module")
+def tp_node_a(vtmp, model, prompts, master):
+    """A TP = 2 engine's store shards, written with the cluster on (its nodes publish, then leave)."""
+    path = os.path.join(vtmp, "cluster-tp-a", "kv.img")
+    res = run_tp(vtmp, "cluster-tp-a", model=model, prompts=prompts, store=path,
+                 extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+    return path, res
+
+
+def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model, prompts, block, master, tp_node_a):
     """vLLM itself with tensor_parallel_size=2 on both nodes. A's engine computes and stores the
     prompts (each rank its own heads, its own store shard) and exits; an owner per shard keeps them
     reachable. B's ranks each fetch their own heads from the owner of A's shard of the same rank
     (the keys carry the rank) and load them: outputs identical to A's, which recomputed everything."""
-    path_a = os.path.join(vtmp, "cluster-tp-a", "kv.img")
-    res_a = run_tp(vtmp, "cluster-tp-a", model=model, prompts=prompts, store=path_a,
-                   extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+    path_a, res_a = tp_node_a
     owners = []
     try:
         for r in range(TP):
@@ -213,3 +220,35 @@ def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model,
         assert work.get("remote_errors", 0) == 0 and work.get("load_errors", 0) == 0, f"rank {r}"
         assert work["load_blocks"] >= work["remote_blocks"], f"rank {r}"
         assert _blocks(tp_shard(path_b, r)) >= work["remote_blocks"], f"rank {r}"
+
+
+def test_tp2_an_owner_rank_dying_when_fetched_means_recompute_on_both_ranks(vtmp, model, prompts, block, master,
+                                                                          tp_node_a):
+    """The owner of A's rank-1 shard dies (SIGKILL) when B's rank 1 asks it for blocks; rank 0's owner
+    serves. B's rank 0 gets its heads, rank 1 none: no block is whole on B, so nothing is promised to
+    vLLM (cluster_fetch async) and every rank recomputes; outputs identical to A's. (Runs last: the
+    dead owner's entries stay in the module's master until its client_ttl.)"""
+    path_a, res_a = tp_node_a
+    owners = [Owner(vtmp, tp_shard(path_a, 0), master),
+              Owner(vtmp, tp_shard(path_a, 1), master, env={"TUTTI_CLUSTER_FAULTS": "kill_on_serve"})]
+    try:
+        path_b = os.path.join(vtmp, "cluster-tp-b-dead-rank", "kv.img")
+        res = run_tp(vtmp, "cluster-tp-b-dead-rank", model=model, prompts=prompts, store=path_b,
+                     extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+    finally:
+        assert owners[0].stop() == 0
+        owners[1].kill()
+    assert owners[1].proc.returncode == -signal.SIGKILL
+    assert res["outputs"] == res_a["outputs"]
+    w0, w1 = tp_ranks(res)
+    sched = scheduler_stats(res)
+    assert w1.get("remote_blocks", 0) == 0 and w1["remote_errors"] * block >= len(prompts[0]) - block
+    assert w0["remote_blocks"] * block >= len(prompts[0]) - block      # rank 0's heads did arrive
+    assert sched.get("remote_hit_tokens", 0) == 0                        # but no block was whole on B
+    for w in (w0, w1):
+        assert w.get("load_errors", 0) == 0 and w.get("corrupt_blocks", 0) == 0
+    # Recomputed and saved on both ranks: B's shards end with the same blocks; rank 1 stored them (each
+    # counted once, though requests in flight together saved the shared prefix more than once), rank 0
+    # had them already.
+    assert _blocks(tp_shard(path_b, 0)) == _blocks(tp_shard(path_b, 1)) == w1["save_blocks"] > 0
+    assert w0.get("save_blocks", 0) == 0

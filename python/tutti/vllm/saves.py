@@ -529,19 +529,20 @@ class SavesMixin:
         sv.data_out = True
         sv.busy_s += time.perf_counter() - t
         dt = sv.busy_s if self._deferred else time.perf_counter() - sv.t0
-        ok = 0
         # Where each key is now: a key another pending save committed first kept that slot.
         where = dict(zip(keys, txn.slots))
         if self._deferred:
             done = [k for k, rc in zip(keys, status) if rc == 0]
             where.update(zip(done, self.store.lookup(done)))  # tail first, as committed
         for k, p, rc in zip(keys, txn.present, status):
-            if p or rc == 0:  # (already stored: make sure the scheduler knows where)
-                ok += 0 if p else 1
-                if where[k] is not None:
-                    self._events.append(SlotEvent(self.rank, where[k], k))
-        if self.cluster is not None and ok:  # computed here: kept, even if a fetched copy was transient
-            self.cluster.kept([k for k, p, rc in zip(keys, txn.present, status) if not p and rc == 0])
+            if (p or rc == 0) and where[k] is not None:  # (already stored: make sure the scheduler knows where)
+                self._events.append(SlotEvent(self.rank, where[k], k))
+        # Stored by this commit: not those stored before it began, nor those another pending save of
+        # the same blocks (an earlier request's) committed first, whose slot was kept.
+        fresh = [k for k, s, p, rc in zip(keys, txn.slots, txn.present, status) if rc == 0 and not p and where[k] == s]
+        ok = len(fresh)
+        if self.cluster is not None and fresh:  # computed here: kept, even if a fetched copy was transient
+            self.cluster.kept(fresh)
         self.stats.add(save_blocks=ok, save_bytes=ok * self.layout.block_bytes, save_s=dt,
                        save_errors=sum(1 for k, p, rc in zip(keys, txn.present, status)
                                        if not p and rc and k not in sv.vetoed))
