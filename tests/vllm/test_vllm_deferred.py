@@ -38,3 +38,23 @@ def test_request_finishing_while_its_save_is_pending(vtmp, model, vocab, prompts
     check = subprocess.run([sys.executable, "-m", "tutti.cli", "check", path],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_the_pending_bound_reached_drops_saves_and_serving_goes_on(vtmp, model, prompts, baseline):
+    """Writes paced at 1 MB/s (libtutti's fault engine) and chunked prefill (a save of 4 blocks, 128 KiB,
+    each step): saves pile up faster than they are written, and max_pending_bytes (192 KiB: one step's
+    save and a half) is reached. The oldest pending saves are dropped (counted), no step waits for the
+    store, outputs stay exact, and what was stored is sound: a fresh engine loads it without errors."""
+    path = os.path.join(vtmp, "deferred-bound", "kv.img")
+    spec = dict(model=model, prompts=prompts[:1], concurrent=False, max_num_batched_tokens=4 * BLOCK)
+    res = run_engine(vtmp, "deferred-bound", store=path, env_extra={"TUTTI_FAULTS": "rate:write:mbps=1"},
+                     extra={"capacity": "32MiB", "max_pending_bytes": "192KiB", "shutdown_drain_s": 1}, **spec)
+    assert res["outputs"] == baseline[:1]
+    work = worker_stats(res)
+    assert work["save_dropped"] > 0, work
+    assert work.get("save_over_bound", 0) == 0 and work.get("save_errors", 0) == 0
+    check = subprocess.run([sys.executable, "-m", "tutti.cli", "check", path], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    again = run_engine(vtmp, "deferred-bound-again", store=path, **spec)
+    assert again["outputs"] == baseline[:1]
+    assert worker_stats(again).get("load_errors", 0) == 0
