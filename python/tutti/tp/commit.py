@@ -15,10 +15,11 @@ served, because ``lookup`` requires every rank to hold a key, and
 ``reconcile`` drops it when the group reopens.
 
 Collectives take any torch.distributed group (gloo on CPU; with NCCL the
-flags travel in a CUDA tensor).  ``timeout`` (seconds, per collective) bounds
-each wait where a peer may be gone (shutdown): a collective that times out is
-a GroupError like a dead rank's, and the group is not used again.  ``group=None`` outside torch.distributed, or a
-group of one rank, is today's single-store commit.
+flags travel in a CUDA tensor).  ``group=None`` outside torch.distributed, or
+a group of one rank, is today's single-store commit.  ``timeout`` (seconds, per
+collective) bounds each wait where a peer may be gone (shutdown): a collective
+that times out is a GroupError like a dead rank's, and the group is not used
+again.
 """
 import errno
 import logging
@@ -74,11 +75,11 @@ def commit(txn, group=None, width=None, hook=None, positions=None, timeout=None)
     ``positions``: block i of ``txn`` is entry ``positions[i]`` of that common
     list (default: i), for transactions that hold their blocks in another order.
     ``hook(phase)`` is called after "prepared", "agreed" and "committed"
-    (tracing, crash tests).  ``timeout``: a callable giving the seconds each
-    agreement may wait (or None).  Returns per block of ``txn``: committed on every
-    rank.  Raises GroupError if a rank died; the blocks are then aborted
-    (before agreement) or rolled back here (after), and the group reconciles
-    when it reopens.
+    (tracing, crash tests).  ``timeout``: seconds each agreement may wait, or a
+    callable giving them (a deadline shared by several commits), or None.
+    Returns per block of ``txn``: committed on every rank.  Raises GroupError
+    if a rank died; the blocks are then aborted (before agreement) or rolled
+    back here (after), and the group reconciles when it reopens.
     """
     n = len(txn)
     width = n if width is None else width
