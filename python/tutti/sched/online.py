@@ -41,7 +41,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     from .profile import ComputeProfile
@@ -129,18 +129,18 @@ class LoadPlanner:
         """The fetch rate remote blocks are priced at: measured, else DEFAULT_FETCH_BPS."""
         return statistics.median(self._fetch) if self._fetch else DEFAULT_FETCH_BPS
 
-    def peer_fetch_bps(self, peer) -> float:
+    def peer_fetch_bps(self, peer: str) -> float:
         """The rate blocks held by ``peer`` are priced at: its fetches' median, else fetch_bps."""
         w = self._peer_fetch.get(peer)
         return statistics.median(w) if w else self.fetch_bps
 
-    def _fetch_s(self, blocks: int, owners) -> float:
+    def _fetch_s(self, blocks: int, owners: Sequence[str] | None) -> float:
         """Seconds to fetch the first ``blocks`` remote blocks, ``owners`` naming each one's holder
         (blocks past its end, or all without it, at fetch_bps)."""
         if blocks <= 0:
             return 0.0
         named = list(owners or ())[:blocks]
-        per = {}
+        per: dict[str, int] = {}
         for o in named:
             per[o] = per.get(o, 0) + 1
         s = sum(n * self.block_bytes / self.peer_fetch_bps(o) for o, n in per.items())
@@ -181,7 +181,7 @@ class LoadPlanner:
         return None if c is None else c / max(new_tokens, 1)
 
     def predict_s(self, load_blocks: int, new_tokens: int, remote_from: int | None = None,
-                  owners=None) -> float | None:
+                  owners: Sequence[str] | None = None) -> float | None:
         """Predicted time of a request loading ``load_blocks`` of its ``new_tokens`` (fetch of the
         remote ones, then the forward), where the blocks from ``remote_from`` on are remote, held by
         ``owners`` (one peer per remote block, in order; optional)."""
@@ -196,7 +196,8 @@ class LoadPlanner:
             fetch = self._fetch_s(load_blocks - remote_from, owners)
         return fetch + max(load, compute) + load / self.n_layers
 
-    def blocks_to_load(self, hit_blocks: int, new_tokens: int, remote_blocks: int = 0, remote_owners=None) -> int:
+    def blocks_to_load(self, hit_blocks: int, new_tokens: int, remote_blocks: int = 0,
+                       remote_owners: Sequence[str] | None = None) -> int:
         """Of ``hit_blocks`` stored blocks at the head of ``new_tokens`` tokens still to process, the
         last ``remote_blocks`` of them held by peers (``remote_owners``: each one's holder, in order),
         how many to load (the rest recomputed)."""
