@@ -361,28 +361,37 @@ class SavesMixin:
         if not cands:
             return
         fenced = self.fenced()
-        flags = []
-        for e in cands:
-            ok = e.void or (e.ready() and not fenced and self._written(e))
-            flags.append(ok)
-            if not ok:
-                break  # committed in order: nothing after it goes now (and no need to poll it)
-        flags += [False] * (len(cands) - len(flags))
-        if self.shape.tp_size > 1:
-            from ..tp import agree
-            from ..tp.commit import GroupError
-            try:
-                flags = agree(flags, self.tp_group())
-            except GroupError as err:
-                log.warning("tutti: TP agreement on pending saves failed: %s", err)
-                self._drop_all("a broken TP group")
-                return
+        flags = self._agreed_ready(cands, lambda e: e.ready() and not fenced and self._written(e))
+        if flags is None:
+            self._drop_all("a broken TP group")
+            return
         for e, ok in zip(cands, flags):
             if not ok:
                 break
             self._fifo.popleft()
             self._commit(e)
             e.data_out = True
+
+    def _agreed_ready(self, saves, ready, timeout=None):
+        """Per pending save of ``saves`` (oldest first): may it be committed now, here (a void save
+        always, another when ``ready(e)``) and, with TP, on every rank (agreed, waiting at most
+        ``timeout()`` seconds, asked once the saves were, if given).  Saves are committed in order,
+        so the first that may not ends the run and the ones after it are not asked.  None: the TP
+        agreement failed."""
+        flags = []
+        for e in saves:
+            flags.append(e.void or ready(e))
+            if not flags[-1]:
+                break
+        flags += [False] * (len(saves) - len(flags))
+        if self.shape.tp_size > 1:
+            from ..tp import agree
+            try:
+                flags = agree(flags, self.tp_group(), timeout() if timeout else None)
+            except Exception as err:  # noqa: BLE001 - a broken group, or one already taken down (shutdown)
+                log.warning("tutti: TP agreement on pending saves failed: %s", err)
+                return None
+        return flags
 
     @staticmethod
     def _written(e):
@@ -674,24 +683,11 @@ class SavesMixin:
         deadline: a rank that is gone or late ends the others' wait there, and what is left is
         dropped (absent on every rank, or committed on some only: never served, dropped by the next
         start's reconcile)."""
-        from ..tp import agree
-
         def left():
             return max(deadline - time.monotonic(), 0.001)
         fenced = self.fenced()
-        flags = []
-        for e in self._fifo:
-            ok = e.void or (not fenced and self._write_out(e, deadline))
-            flags.append(ok)
-            if not ok:
-                break
-        flags += [False] * (len(self._fifo) - len(flags))
-        try:
-            flags = agree(flags, self.tp_group(), left())
-        except Exception as err:  # noqa: BLE001 - the group broken, or already taken down: nothing is committed
-            log.warning("tutti: shutdown: TP agreement on pending saves failed: %s", err)
-            flags = []
-        for ok in flags:
+        flags = self._agreed_ready(list(self._fifo), lambda e: not fenced and self._write_out(e, deadline), left)
+        for ok in flags or ():
             if not ok or not self._commit(self._fifo.popleft(), left):
                 break
         self._drop_all("shutdown: out of time (shutdown_drain_s) or not written on every rank")
