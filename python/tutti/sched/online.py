@@ -38,6 +38,7 @@ or another day: what this server sees wins).
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections import OrderedDict, deque
@@ -134,17 +135,15 @@ class LoadPlanner:
         w = self._peer_fetch.get(peer)
         return statistics.median(w) if w else self.fetch_bps
 
-    def _fetch_s(self, blocks: int, owners: Sequence[str] | None) -> float:
-        """Seconds to fetch the first ``blocks`` remote blocks, ``owners`` naming each one's holder
-        (blocks past its end, or all without it, at fetch_bps)."""
-        if blocks <= 0:
-            return 0.0
-        named = list(owners or ())[:blocks]
-        per: dict[str, int] = {}
-        for o in named:
-            per[o] = per.get(o, 0) + 1
-        s = sum(n * self.block_bytes / self.peer_fetch_bps(o) for o, n in per.items())
-        return s + (blocks - len(named)) * self.block_bytes / self.fetch_bps
+    def _fetch_cum(self, blocks: int, owners: Sequence[str] | None) -> list[float]:
+        """Seconds to fetch the first 0, 1, ..., ``blocks`` remote blocks, ``owners`` naming each one's
+        holder (blocks past its end, or all without it, at fetch_bps): worked out once per hit, then
+        read for every load length tried."""
+        named = list(owners or ())[:max(blocks, 0)]
+        rates = {o: self.peer_fetch_bps(o) for o in set(named)}
+        per = [self.block_bytes / rates[o] for o in named]
+        per += [self.block_bytes / self.fetch_bps] * (max(blocks, 0) - len(named))
+        return list(itertools.accumulate(per, initial=0.0))
 
     @property
     def read_bps(self) -> float | None:
@@ -185,6 +184,14 @@ class LoadPlanner:
         """Predicted time of a request loading ``load_blocks`` of its ``new_tokens`` (fetch of the
         remote ones, then the forward), where the blocks from ``remote_from`` on are remote, held by
         ``owners`` (one peer per remote block, in order; optional)."""
+        cum = None
+        if remote_from is not None and load_blocks > remote_from:
+            cum = self._fetch_cum(load_blocks - remote_from, owners)
+        return self._predict_s(load_blocks, new_tokens, remote_from, cum)
+
+    def _predict_s(self, load_blocks: int, new_tokens: int, remote_from: int | None,
+                   fetch_cum: list[float] | None) -> float | None:
+        """predict_s, the fetch of the first k remote blocks taking ``fetch_cum[k]`` seconds."""
         rb = self.read_bps
         loaded = load_blocks * self.block_size
         compute = self._compute_s(new_tokens - loaded, loaded)
@@ -192,8 +199,8 @@ class LoadPlanner:
             return None
         load = load_blocks * self.block_bytes / rb
         fetch = 0.0
-        if remote_from is not None and load_blocks > remote_from:
-            fetch = self._fetch_s(load_blocks - remote_from, owners)
+        if remote_from is not None and load_blocks > remote_from and fetch_cum is not None:
+            fetch = fetch_cum[load_blocks - remote_from]
         return fetch + max(load, compute) + load / self.n_layers
 
     def blocks_to_load(self, hit_blocks: int, new_tokens: int, remote_blocks: int = 0,
@@ -206,7 +213,8 @@ class LoadPlanner:
         remote_blocks = min(max(remote_blocks, 0), hit_blocks)
         local = hit_blocks - remote_blocks
         rfrom = local if remote_blocks else None
-        full = self.predict_s(hit_blocks, new_tokens, rfrom, remote_owners)
+        cum = self._fetch_cum(remote_blocks, remote_owners) if remote_blocks else None
+        full = self._predict_s(hit_blocks, new_tokens, rfrom, cum)
         if full is None:
             return hit_blocks
         tt = self._effective_token_s(new_tokens)
@@ -219,8 +227,8 @@ class LoadPlanner:
         cands = {min(max(c, 0), hit_blocks) for c in (k - 1, k, k + 1, local, 0, hit_blocks)}
         if self.token_s is None:  # the profile's curve: not linear in the tokens, so look around too
             cands |= {hit_blocks * i // 32 for i in range(33)}
-        best = min(cands, key=lambda b: (self.predict_s(b, new_tokens, rfrom, remote_owners), -b))
-        if best < hit_blocks and self.predict_s(best, new_tokens, rfrom, remote_owners) <= MIN_GAIN * full:  # type: ignore[operator]
+        best = min(cands, key=lambda b: (self._predict_s(b, new_tokens, rfrom, cum), -b))
+        if best < hit_blocks and self._predict_s(best, new_tokens, rfrom, cum) <= MIN_GAIN * full:  # type: ignore[operator]
             if remote_blocks and self._probe_due():  # the cut takes remote blocks first
                 return hit_blocks  # no fetch measured for long: this hit fetches them, to measure
             if best == 0 and self._read_probe_due():
