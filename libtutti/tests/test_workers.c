@@ -4,7 +4,8 @@
  * once, on several threads, loop after loop; without a pool, for small
  * loops, and in a forked child (whose threads stayed with the parent) it
  * runs them on the caller's thread instead of waiting for threads that are
- * not there.
+ * not there.  Its threads run on the CPUs they are given, whatever the
+ * caller is bound to (a vLLM CPU worker's thread: one core).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -32,6 +33,29 @@ static void count(void *arg, unsigned i)
 	l->who[i] = pthread_self();
 	if (i % 64 == 0)
 		usleep(50);	/* long enough for the other threads to take items */
+}
+
+/* Per item: how many CPUs the thread that ran it may use. */
+static int item_cpus[MAX_ITEMS];
+
+static void note_cpus(void *arg, unsigned i)
+{
+	cpu_set_t s;
+
+	(void)arg;
+	item_cpus[i] = sched_getaffinity(0, sizeof(s), &s) ? -1 : CPU_COUNT(&s);
+	if (i % 64 == 0)
+		usleep(50);
+}
+
+/* Items run by threads allowed @cpus CPUs. */
+static unsigned items_on(int cpus)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < MAX_ITEMS; i++)
+		n += item_cpus[i] == cpus;
+	return n;
 }
 
 static int exactly_once(const struct loop *l, unsigned n)
@@ -65,13 +89,13 @@ int main(void)
 	int ok = 1, st = -1;
 	pid_t pid;
 
-	tap_ok(tt_workers_start(1) == NULL, "one thread in all: no pool");
+	tap_ok(tt_workers_start(1, NULL) == NULL, "one thread in all: no pool");
 	memset(&l, 0, sizeof(l));
 	tt_workers_for(NULL, 100, count, &l);
 	tap_ok(exactly_once(&l, 100) && threads_seen(&l, 100) == 1,
 	       "no pool: every item once, on the caller's thread");
 
-	w = tt_workers_start(4);
+	w = tt_workers_start(4, NULL);
 	tap_ok(w != NULL, "a pool of 4 threads starts");
 	memset(&l, 0, sizeof(l));
 	tt_workers_for(w, 3, count, &l);
@@ -123,6 +147,20 @@ int main(void)
 			}
 		sched_setaffinity(0, sizeof(one), &one);
 		tap_eq(tt_workers_auto(), 1, "auto: pinned to one CPU, one thread");
+		/* A caller bound to one CPU starts threads on the set given, or, without one, on its CPU. */
+		w = tt_workers_start(3, &set);
+		tt_workers_for(w, MAX_ITEMS, note_cpus, NULL);
+		tt_workers_stop(w);
+		if (CPU_COUNT(&set) > 1)
+			tap_ok(items_on(CPU_COUNT(&set)) > 0 && items_on(CPU_COUNT(&set)) + items_on(1) == MAX_ITEMS,
+			       "a pool given the process's %d CPUs runs there though its caller is bound to one "
+			       "(%u items there)", CPU_COUNT(&set), items_on(CPU_COUNT(&set)));
+		else
+			tap_skip("needs 2 CPUs or more: a pool's CPUs vs its caller's");
+		w = tt_workers_start(3, NULL);
+		tt_workers_for(w, MAX_ITEMS, note_cpus, NULL);
+		tt_workers_stop(w);
+		tap_eq(items_on(1), MAX_ITEMS, "without a set, its threads inherit the caller's one CPU");
 		sched_setaffinity(0, sizeof(set), &set);
 	}
 	return tap_done();

@@ -192,15 +192,25 @@ def test_a_slow_peer_holds_back_only_its_own_request(vtmp, model, prompts, vocab
 
 
 @pytest.fixture(scope="module")
-def tp_node_a(vtmp, model, prompts, master):
+def tp_master(tmp_path_factory):
+    """The TP tests' own master: the owners SIGKILLed by the tests above expire from the module's master
+    during them (client_ttl 60 s), and once that stalled it for 48 s (docs/cluster.md#first-fetch)."""
+    m = Master(tmp_path_factory.mktemp("tp-master"), client_ttl=60).start()
+    yield m
+    m.kill()
+
+
+@pytest.fixture(scope="module")
+def tp_node_a(vtmp, model, prompts, tp_master):
     """A TP = 2 engine's store shards, written with the cluster on (its nodes publish, then leave)."""
     path = os.path.join(vtmp, "cluster-tp-a", "kv.img")
     res = run_tp(vtmp, "cluster-tp-a", model=model, prompts=prompts, store=path,
-                 extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+                 extra={"capacity": "32MiB", **cluster_keys(tp_master, _tp_ports())})
     return path, res
 
 
-def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model, prompts, block, master, tp_node_a):
+def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model, prompts, block, tp_master,
+                                                                    tp_node_a):
     """vLLM itself with tensor_parallel_size=2 on both nodes. A's engine computes and stores the
     prompts (each rank its own heads, its own store shard) and exits; an owner per shard keeps them
     reachable. B's ranks each fetch their own heads from the owner of A's shard of the same rank
@@ -209,10 +219,10 @@ def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model,
     owners = []
     try:
         for r in range(TP):
-            owners.append(Owner(vtmp, tp_shard(path_a, r), master))
+            owners.append(Owner(vtmp, tp_shard(path_a, r), tp_master))
         path_b = os.path.join(vtmp, "cluster-tp-b", "kv.img")
         res = run_tp(vtmp, "cluster-tp-b", model=model, prompts=prompts, store=path_b,
-                     extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+                     extra={"capacity": "32MiB", **cluster_keys(tp_master, _tp_ports())})
     finally:
         rcs = [o.stop() for o in owners]
     assert rcs == [0] * TP
@@ -226,19 +236,19 @@ def test_tp2_engines_node_b_loads_on_each_rank_what_node_a_computed(vtmp, model,
         assert _blocks(tp_shard(path_b, r)) >= work["remote_blocks"], f"rank {r}"
 
 
-def test_tp2_an_owner_rank_dying_when_fetched_means_recompute_on_both_ranks(vtmp, model, prompts, block, master,
+def test_tp2_an_owner_rank_dying_when_fetched_means_recompute_on_both_ranks(vtmp, model, prompts, block, tp_master,
                                                                           tp_node_a):
     """The owner of A's rank-1 shard dies (SIGKILL) when B's rank 1 asks it for blocks; rank 0's owner
     serves. B's rank 0 gets its heads, rank 1 none: no block is whole on B, so nothing is promised to
     vLLM (cluster_fetch async) and every rank recomputes; outputs identical to A's. (Runs last: the
-    dead owner's entries stay in the module's master until its client_ttl.)"""
+    dead owner's entries stay in the TP tests' master until its client_ttl.)"""
     path_a, res_a = tp_node_a
-    owners = [Owner(vtmp, tp_shard(path_a, 0), master),
-              Owner(vtmp, tp_shard(path_a, 1), master, env={"TUTTI_CLUSTER_FAULTS": "kill_on_serve"})]
+    owners = [Owner(vtmp, tp_shard(path_a, 0), tp_master),
+              Owner(vtmp, tp_shard(path_a, 1), tp_master, env={"TUTTI_CLUSTER_FAULTS": "kill_on_serve"})]
     try:
         path_b = os.path.join(vtmp, "cluster-tp-b-dead-rank", "kv.img")
         res = run_tp(vtmp, "cluster-tp-b-dead-rank", model=model, prompts=prompts, store=path_b,
-                     extra={"capacity": "32MiB", **cluster_keys(master, _tp_ports())})
+                     extra={"capacity": "32MiB", **cluster_keys(tp_master, _tp_ports())})
     finally:
         assert owners[0].stop() == 0
         owners[1].kill()

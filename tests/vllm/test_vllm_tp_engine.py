@@ -87,6 +87,12 @@ def test_tp2_engine_stores_and_a_second_engine_loads_on_both_ranks(vtmp, model, 
         assert w["load_bytes"] == tp_ranks(warm)[0]["load_bytes"] > 0
     assert scheduler_stats(warm)["hit_tokens"] == full * BLOCK
     admin_check(path)
+    # vLLM bound each rank's thread to its one CPU; tutti's threads (the store's, the cluster's) were
+    # freed from it (tutti/affinity.py, service_cpus auto).
+    with open(os.path.join(vtmp, "tp-warm", "log.txt")) as f:
+        log = f.read()
+    for r in range(TP):
+        assert f"tutti: rank {r}'s threads run on CPUs " in log
 
 
 def test_tp2_engine_load_failing_on_one_rank_is_recomputed_on_both(vtmp, model, tp_prompts, tp_expect,

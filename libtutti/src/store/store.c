@@ -305,6 +305,8 @@ int tt_store_open(const char *const *paths, unsigned n,
 	s->flags = p.flags;
 	s->mem_align = 1;
 	s->cpu_threads = p.cpu_threads ? p.cpu_threads : tt_workers_auto();
+	if (sched_getaffinity(0, sizeof(s->cpus), &s->cpus))
+		CPU_ZERO(&s->cpus);
 	ret = assemble(s, m, n, x);
 	if (!ret)
 		ret = tt_written_init(s, x);

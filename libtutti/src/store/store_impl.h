@@ -58,6 +58,7 @@ struct tt_store {
 	struct tt_store_stats st;
 	unsigned cpu_threads;		/* checksum threads wanted (>= 1) */
 	struct tt_workers *cpu;		/* started at the first large layer */
+	cpu_set_t cpus;			/* ... on the CPUs the opening thread could use */
 	struct tt_written wr;		/* bytes written (written.c) */
 	uint8_t wr_unsaved[TT_MAX_MEMBERS];	/* restarted: since_ns not in copy B yet */
 };

@@ -67,7 +67,7 @@ static struct tt_workers *layer_workers(struct tt_store *s, unsigned n_io)
 	if ((uint64_t)n_io * s->geo.span_bytes < TXN_PARALLEL_BYTES || s->cpu_threads < 2)
 		return NULL;
 	if (!s->cpu) {
-		s->cpu = tt_workers_start(s->cpu_threads);
+		s->cpu = tt_workers_start(s->cpu_threads, &s->cpus);
 		if (!s->cpu)
 			s->cpu_threads = 1;	/* no thread to be had: stop asking */
 	}

@@ -66,9 +66,10 @@ static void *worker(void *p)
 	return NULL;
 }
 
-struct tt_workers *tt_workers_start(unsigned n)
+struct tt_workers *tt_workers_start(unsigned n, const cpu_set_t *cpus)
 {
 	sigset_t all, old;
+	pthread_attr_t attr;
 	struct tt_workers *w;
 
 	if (n < 2)
@@ -84,11 +85,16 @@ struct tt_workers *tt_workers_start(unsigned n)
 	/* Signals stay with the application's threads (Python's main one). */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_attr_init(&attr);
+	if (cpus && CPU_COUNT(cpus))	/* a mask the kernel refuses: inherited instead */
+		pthread_attr_setaffinity_np(&attr, sizeof(*cpus), cpus);
 	for (unsigned k = 0; k < TT_MIN(n, TT_WORKERS_MAX) - 1; k++) {
-		if (pthread_create(&w->th[k], NULL, worker, w))
+		if (pthread_create(&w->th[k], &attr, worker, w) &&
+		    (!cpus || pthread_create(&w->th[k], NULL, worker, w)))
 			break;	/* fewer threads; still correct */
 		w->n_threads++;
 	}
+	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!w->n_threads) {
 		tt_workers_stop(w);

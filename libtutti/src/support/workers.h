@@ -6,16 +6,21 @@
 #ifndef TT_SUPPORT_WORKERS_H
 #define TT_SUPPORT_WORKERS_H
 
+#include <sched.h>
+
 #define TT_WORKERS_MAX	16u
 
 struct tt_workers;
 
 /*
  * tt_workers_start() - @n threads in all, the caller counted: n - 1 are
- * started.  Return: NULL when @n < 2 or no thread could be started (then
- * tt_workers_for() runs every loop on the caller's thread).
+ * started, on the CPUs of @cpus when given (else they inherit the caller's:
+ * a store starts them lazily, from whichever thread runs its first large
+ * layer, which may be bound to one core).  Return: NULL when @n < 2 or no
+ * thread could be started (then tt_workers_for() runs every loop on the
+ * caller's thread).
  */
-struct tt_workers *tt_workers_start(unsigned n);
+struct tt_workers *tt_workers_start(unsigned n, const cpu_set_t *cpus);
 
 void tt_workers_stop(struct tt_workers *w);
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 
+from .. import affinity
 from ..errors import CallTimeout  # a Mooncake call did not answer in time (or too many are stuck)
 
 __all__ = ["Bounded", "CallTimeout"]
@@ -35,6 +36,7 @@ class Bounded:
         box: dict = {}
 
         def run():
+            affinity.service_thread()  # Mooncake's synchronous calls poll on the calling thread
             try:
                 box["v"] = fn(*args)
             except BaseException as e:  # noqa: BLE001 - handed to the caller

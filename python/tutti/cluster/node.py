@@ -20,6 +20,7 @@ import mmap
 import threading
 import time
 
+from .. import affinity
 from .bounded import CallTimeout
 from .claims import ReplicaClaims
 from .config import ClusterConfig
@@ -229,6 +230,7 @@ class ClusterNode:
     # --- threads ----------------------------------------------------------------------
 
     def _dispatch(self) -> None:
+        affinity.service_thread()
         engine = self.link.engine
         while not self._stop.is_set():
             try:
@@ -247,6 +249,7 @@ class ClusterNode:
                     log.warning("tutti cluster: handling a peer message failed: %s", e)
 
     def _keep(self) -> None:
+        affinity.service_thread()
         idx, link = self.index, self.link
         last_record = time.monotonic()
         while not self._stop.wait(self.cfg.keeper_interval_s):

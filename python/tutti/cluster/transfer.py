@@ -45,6 +45,7 @@ import threading
 import time
 import uuid as _uuid
 
+from .. import affinity
 from .bounded import CallTimeout
 from .config import check_staging
 
@@ -53,7 +54,7 @@ log = logging.getLogger("tutti.cluster")
 NOTIFY_NAME = "tutti1"
 MAX_MSG = 64 << 10
 WRITE_POLL_S = 0.0005   # how often a send checks its transfers (Mooncake's own sync calls spin instead)
-CHECK_THREADS = min(4, len(os.sched_getaffinity(0)))  # copy-and-check threads of a requester
+CHECK_THREADS = 4        # copy-and-check threads of a requester, at most (one per CPU its threads may use)
 SERVE_QUEUE = 256        # requests an owner holds while its serve threads are busy; beyond: dropped
                          # (the requester's wait for them ends at its cluster_fetch_timeout_s)
 
@@ -283,6 +284,7 @@ class Transfers:
 
     def _read_loop(self) -> None:
         """Serve stage 1: take a request, wait for a free serve slot, read its blocks into it."""
+        affinity.service_thread()
         while not self._stop.is_set():
             try:
                 m = self._requests.get(timeout=0.2)
@@ -310,6 +312,7 @@ class Transfers:
     def _send_loop(self) -> None:
         """Serve stage 2 (cluster_send_threads of these): send prepared batches while stage 1 reads the
         next one."""
+        affinity.service_thread()
         while not self._stop.is_set():
             try:
                 w, job = self._to_send.get(timeout=0.2)
@@ -518,6 +521,8 @@ class Transfers:
     def _checkers(self):
         """The threads that copy and check received blocks (made at the first batch of several)."""
         with self._stats_lock:  # two fetches at once make one pool
-            if self._check_pool is None and CHECK_THREADS > 1:
-                self._check_pool = concurrent.futures.ThreadPoolExecutor(CHECK_THREADS, "tutti-cluster-check")
+            n = min(CHECK_THREADS, len(affinity.current() or os.sched_getaffinity(0)))
+            if self._check_pool is None and n > 1:
+                self._check_pool = concurrent.futures.ThreadPoolExecutor(
+                    n, "tutti-cluster-check", initializer=affinity.service_thread)
             return self._check_pool

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any
 
+from .. import affinity
 from ..cluster.quarantine import Quarantine
 from ..errors import CallTimeout, ClusterError
 
@@ -97,6 +98,7 @@ class SchedulerCluster:
         return True
 
     def _keep(self) -> None:
+        affinity.service_thread()
         while self.link is None:
             if self._stop.wait(RETRY_S):
                 return
@@ -188,6 +190,7 @@ class WorkerCluster:
         return True
 
     def _run(self) -> None:
+        affinity.service_thread()
         while self.node is None:
             if self._stop.wait(RETRY_S):
                 return

@@ -60,6 +60,7 @@ class TuttiConfig:
     load_failure_policy: str = "recompute"    # what vLLM does with a block that failed to load
     lookahead_layers: int = 2                 # layers of a load in flight ahead of the model
     cpu_threads: int = 0                      # Store.open's: the CPU's copies and checksums; 0 = auto
+    service_cpus: str = "auto"                # CPUs of tutti's own threads (tutti/affinity.py)
     write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
@@ -74,7 +75,7 @@ class TuttiConfig:
     profile: Any = None                       # tutti.sched.profile.ComputeProfile (load_policy auto's prior)
 
     KEYS = ("path", "capacity", "create", "preallocate", "engine", "data_path", "verify", "model_id",
-            "load_failure_policy", "lookahead_layers", "cpu_threads", "write_policy", "save", "load",
+            "load_failure_policy", "lookahead_layers", "cpu_threads", "service_cpus", "write_policy", "save", "load",
             "load_policy", "save_mode",
             "max_pending_bytes", "drain_bytes_per_step", "shutdown_drain_s", "write_budget", "write_admission",
             "profile")
@@ -131,6 +132,20 @@ class TuttiConfig:
             if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 1024:
                 raise ConfigError(f"cpu_threads: expected an integer from 0 (auto) to 1024, got {n!r}")
             c.cpu_threads = n
+        if "service_cpus" in extra:
+            v = extra["service_cpus"]
+            if isinstance(v, int) and not isinstance(v, bool):
+                v = str(v)
+            if not isinstance(v, str):
+                raise ConfigError(f"service_cpus: expected auto, inherit or a CPU list like 0-3,8, got {v!r}")
+            if v not in ("auto", "inherit"):
+                from ..affinity import parse_cpu_list
+                try:
+                    parse_cpu_list(v)
+                except ValueError as e:
+                    raise ConfigError(f"service_cpus: {e} (expected auto, inherit or a CPU list like "
+                                      "0-3,8)") from None
+            c.service_cpus = v
         # Options with a few named values: the message says what each value does.
         for name, meanings in (
                 ("write_policy", {"slack": "a layer's write waits while the step's reads are in flight",

@@ -51,10 +51,12 @@ reported back (``unsaved``) and offered again once their KV is sound.
 import collections
 import errno
 import logging
+import os
 import queue
 import threading
 import time
 
+from .. import affinity
 from . import fault_hooks
 from .datapath import StoreMismatchError, open_io  # noqa: F401 - StoreMismatchError is public here
 from .layout import from_kv_caches
@@ -154,7 +156,9 @@ class WorkerSide(SavesMixin):
 
     def register_kv_caches(self, kv_caches, num_blocks):
         self.layout = from_kv_caches(kv_caches, num_blocks)
-        self.io = open_io(self.cfg, self.shape, self.rank, self.layout, log)
+        self._place_threads()
+        with affinity.service_cpus():  # the store's threads start there
+            self.io = open_io(self.cfg, self.shape, self.rank, self.layout, log)
         self.store = self.io.store
         self._set_pending_bound(num_blocks)
         log.info("tutti: rank %d store %s, %s, %d slots", self.rank, self.store.paths,
@@ -167,8 +171,22 @@ class WorkerSide(SavesMixin):
                             "some ranks only", self.rank, len(dropped))
         if self.cfg.cluster is not None:  # after reconcile: only blocks every rank holds are published
             from .cluster import WorkerCluster
-            self.cluster = WorkerCluster(self.store, self.cfg.cluster, self.rank, self.shape.tp_size,
-                                         self.store_lock)
+            with affinity.service_cpus():  # and Mooncake's
+                self.cluster = WorkerCluster(self.store, self.cfg.cluster, self.rank, self.shape.tp_size,
+                                             self.store_lock)
+
+    def _place_threads(self):
+        """Where this rank's tutti threads run (service_cpus; tutti/affinity.py): off the one core
+        vLLM's CPU backend binds the calling thread to, by default."""
+        cpus = affinity.choose(self.cfg.service_cpus)
+        affinity.use(cpus)
+        if cpus:
+            try:
+                mine = affinity.describe(os.sched_getaffinity(0))
+            except OSError:
+                mine = "?"
+            log.info("tutti: rank %d's threads run on CPUs %s (this thread: %s)", self.rank,
+                     affinity.describe(cpus), mine)
 
     def tp_group(self):
         """The group the ranks' commits agree over: vLLM's TP group on the CPU (gloo)."""
@@ -212,6 +230,7 @@ class WorkerSide(SavesMixin):
             self._fetch_q.put(t)
 
     def _fetch_run(self, orders):
+        affinity.service_thread()
         while True:
             t = orders.get()
             if t is None:
