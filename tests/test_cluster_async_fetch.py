@@ -211,6 +211,7 @@ def test_the_worker_fetches_on_its_own_thread_and_reports_it(tmp_path):
     assert w.cluster.calls == [keys[1:]]        # only the remote ones, once
     assert sorted(e.key for e in got.events) == sorted(keys[1:])   # the scheduler's index learns of them
     assert w.stats.data["remote_blocks"] == 3
+    assert 0 < w.stats.data["remote_fetch_s"] < time.perf_counter() - t0   # the fetch's time, counted
     w.close()
     assert w._fetch_thread is None
 

@@ -1,12 +1,13 @@
 """Which CPUs tutti's own threads run on (the connector's ``service_cpus``).
 
 vLLM's CPU backend binds each OpenMP thread of a worker, the worker's main thread among them, to a core
-of that rank's list, and a new thread inherits the mask of the thread that made it.  So everything the
-connector starts from a bound thread — the store's copy and checksum threads, the cluster tier's threads
-and Mooncake's, the fetch thread, each bounded Mooncake call — would share one core with the rank's
-compute thread, which also spins while it waits for work.  Measured on 2 CPUs with tensor_parallel_size
-2: a node's first fetch took 0.3-1.0 s, and over 4 s at times (a peer's 8-byte read of this node's
-memory waited for that core), against 0.03-0.2 s with the threads free to run elsewhere.
+of that rank's list, and a new thread inherits the mask of the thread that made it.  Where that thread is
+already bound when the connector starts (always with engines forked from a process that had imported
+torch and vLLM, as the test suite starts them; in some runs with a fresh interpreter), everything the
+connector starts — the store's copy and checksum threads, the cluster tier's threads and Mooncake's, the
+fetch thread, each bounded Mooncake call — would share one core with the rank's compute thread, which
+also spins while it waits for work: on 2 CPUs with tensor_parallel_size 2 a node's fetches took seconds
+at times, a peer's 8-byte read of this node's memory waiting for that core (docs/cluster.md#first-fetch).
 
 A worker picks the set once (``choose``, ``use``); threads tutti starts enter it (``service_thread``),
 and C or Mooncake objects that start threads of their own are made inside ``service_cpus()``.  Outside a

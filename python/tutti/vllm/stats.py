@@ -19,6 +19,7 @@ COUNTERS = (
     "remote_hit_tokens", # scheduler: of those, tokens peers hold (cluster tier), fetched before the load
     "remote_blocks",     # worker: blocks fetched from peers into the store, verified
     "remote_errors",     # worker: remote blocks that did not arrive verified: recomputed
+    "remote_fetch_s",    # worker: seconds its fetches from peers took (each from the ask to the blocks stored)
     "remote_dropped",    # worker: of remote_blocks, copies not kept after their load (cluster_replicas)
     # cluster_fetch async (scheduler): requests held back for a fetch, blocks asked, waits given up.
     "fetch_requests", "fetch_asked_blocks", "fetch_timeouts",

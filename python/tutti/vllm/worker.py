@@ -268,7 +268,7 @@ class WorkerSide(SavesMixin):
                 self._fetch_perf = self._fetch_perf[-15:] + [(self.rank, len(want) * self.layout.block_bytes,
                                                               time.perf_counter() - t0,
                                                               dict(collections.Counter(o for o in owners if o)))]
-            self.stats.add(remote_blocks=n, remote_errors=len(want) - n)
+            self.stats.add(remote_blocks=n, remote_errors=len(want) - n, remote_fetch_s=time.perf_counter() - t0)
             if got and self.store is not None:  # the scheduler's index learns of the replicas
                 self._events += [SlotEvent(self.rank, s, k) for k, s in zip(got, self.store.lookup(got))
                                  if s is not None]
