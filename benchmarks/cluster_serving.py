@@ -27,14 +27,13 @@ import concurrent.futures
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from tutti.bench import cpu_model, replace_section, serve, shown_command, workload
+from tutti.bench import replace_section, serve, shown_command, vllm_cpu_machine, workload
 from tutti.cluster.local_master import LocalMaster, free_port_pair
 from tutti.errors import ClusterError
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
@@ -269,7 +268,7 @@ def render(meta, records, outputs, section=TITLE):
 def main(argv=None):
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
-    import vllm
+    import vllm  # noqa: F401 - vLLM missing: fail here, not after the set-up
     tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-cluster-serving-", dir="/var/tmp")
     try:
         ctx = build_context(args, tmp)
@@ -281,8 +280,7 @@ def main(argv=None):
             shutil.rmtree(tmp, ignore_errors=True)
     meta = {"command": shown_command(".venv/bin/python benchmarks/cluster_serving.py", argv, OUTPUT_OPTIONS),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "machine": f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-                       f"vLLM {vllm.__version__} (CPU build)", "loadavg": os.getloadavg()[0],
+            "machine": vllm_cpu_machine(), "loadavg": os.getloadavg()[0],
             "model": {"size": args.model_size, **{k: ctx["model_config"][k] for k in (
                 "num_hidden_layers", "hidden_size")}},
             "kv_cache_bytes": ctx["kv_cache_bytes"], "multiples": args.multiples,

@@ -30,7 +30,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -38,9 +37,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tutti.bench import cpu_model, replace_section, shown_command
+from tutti.bench import replace_section, shown_command, vllm_cpu_machine
 from tutti.cluster.local_master import LocalMaster, StoreOwner, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
+from tutti.vllm import zygote
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
 from tutti.vllm.runner import launch
 
@@ -65,19 +65,6 @@ def parse_args(argv=None):
     if not 1 <= args.runs <= 20 or not 1 <= args.prompts <= 16 or not 2 * BLOCK <= args.prefix <= 3000:
         ap.error(f"--runs 1-20, --prompts 1-16, --prefix {2 * BLOCK}-3000")
     return args
-
-
-def tp_ports() -> int:
-    """cluster_port p with p + 1 free too (rank r listens on p + r; the scheduler on p + 1000)."""
-    import socket
-    for _ in range(20):
-        p = free_port_pair(SCHEDULER_PORT_OFFSET)
-        try:
-            socket.create_server(("127.0.0.1", p + 1)).close()
-            return p
-        except OSError:
-            continue
-    raise SystemExit("cluster_tp_threads: no free loopback ports")
 
 
 def run(work, name, spec, env):
@@ -109,8 +96,8 @@ def measure(args, work):
         def extra(store, mode):
             return {"path": store, "capacity": "32MiB", "service_cpus": mode,
                     "cluster_master": master.address, "cluster_metadata": master.metadata,
-                    "cluster_port": tp_ports(), "cluster_fetch_timeout_s": 10, "cluster_call_timeout_s": 15,
-                    "cluster_fetch_wait_s": 120, "cluster_index_bytes": 16 << 20}
+                    "cluster_port": free_port_pair(SCHEDULER_PORT_OFFSET, run=TP), "cluster_fetch_timeout_s": 10,
+                    "cluster_call_timeout_s": 15, "cluster_fetch_wait_s": 120, "cluster_index_bytes": 16 << 20}
         store_a = os.path.join(work, "a", "kv.img")
         a = run(work, "A", dict(base, extra=extra(store_a, "auto")), env)
         owners = [StoreOwner(work, f"{store_a}.rank{r}", master) for r in range(TP)]
@@ -134,27 +121,6 @@ def measure(args, work):
                 o.stop()
     return dict(prompts=len(prompts), prefix=args.prefix, block=BLOCK, bind=env["VLLM_CPU_OMP_THREADS_BIND"],
                 forked=args.forked, runs=runs)
-
-
-def with_zygote(work, fn):
-    """fn() with runner.launch forking engines from a zygote (tutti.vllm.zygote) started here."""
-    import subprocess
-    import time
-    sock = os.path.join(work, "zygote.sock")
-    with open(os.path.join(work, "zygote.log"), "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tutti.vllm.zygote", sock],
-                                env=dict(os.environ, TOKENIZERS_PARALLELISM="false"),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(sock) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    os.environ["TUTTI_RUNNER_ZYGOTE"] = sock
-    try:
-        return fn()
-    finally:
-        os.environ.pop("TUTTI_RUNNER_ZYGOTE", None)
-        proc.kill()
-        proc.wait()
 
 
 def render(data, cmd):
@@ -197,17 +163,18 @@ def main(argv=None):
     tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-cluster-tp-threads-", dir="/var/tmp")
     os.makedirs(tmp, exist_ok=True)
     try:
-        data = with_zygote(tmp, lambda: measure(args, tmp)) if args.forked else measure(args, tmp)
+        if args.forked:
+            with zygote.running(os.path.join(tmp, "zygote.sock"), os.path.join(tmp, "zygote.log"), wait_s=120):
+                data = measure(args, tmp)
+        else:
+            data = measure(args, tmp)
     except ClusterError as e:
         raise SystemExit(f"cluster_tp_threads: {e}") from None
     finally:
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    import vllm
     data.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                machine=f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-                        f"vLLM {vllm.__version__} (CPU build)",
-                section=TITLE + (", forked engines" if args.forked else ""))
+                machine=vllm_cpu_machine(), section=TITLE + (", forked engines" if args.forked else ""))
     cmd = shown_command(".venv/bin/python benchmarks/cluster_tp_threads.py", sys.argv[1:] if argv is None else argv)
     with open(args.json, "w") as f:
         json.dump(data, f, indent=1)

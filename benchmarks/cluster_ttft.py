@@ -24,14 +24,13 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from tutti.bench import cpu_model, replace_section, shown_command
+from tutti.bench import replace_section, shown_command, vllm_cpu_machine
 from tutti.cluster.local_master import LocalMaster, StoreOwner, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
@@ -169,10 +168,8 @@ def main(argv=None):
     finally:
         if args.workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    import vllm
     data.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                machine=f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}, "
-                        f"vLLM {vllm.__version__} (CPU build)", loadavg=os.getloadavg()[0], section=args.section)
+                machine=vllm_cpu_machine(), loadavg=os.getloadavg()[0], section=args.section)
     cmd = shown_command(".venv/bin/python benchmarks/cluster_ttft.py", sys.argv[1:] if argv is None else argv)
     with open(args.json, "w") as f:
         json.dump({k: v for k, v in data.items()}, f, indent=1)

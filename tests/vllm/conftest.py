@@ -31,23 +31,12 @@ def vtmp(tmp_path_factory):
 def zygote(vtmp):
     """Engines fork from one process that imported vLLM once (tutti.vllm.zygote: ~11 s of CPU saved
     per engine on the 2-core CI machine); TUTTI_TEST_ZYGOTE=0 starts each in a fresh interpreter."""
-    import subprocess
-    import sys
+    from tutti.vllm import zygote as zy
     if os.environ.get("TUTTI_TEST_ZYGOTE", "1") == "0":
         yield None
         return
-    sock = os.path.join(vtmp, "zygote.sock")
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-    with open(os.path.join(vtmp, "zygote.log"), "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "tutti.vllm.zygote", sock], env=env,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    os.environ["TUTTI_RUNNER_ZYGOTE"] = sock
-    try:
+    with zy.running(os.path.join(vtmp, "zygote.sock"), os.path.join(vtmp, "zygote.log")) as sock:
         yield sock
-    finally:
-        os.environ.pop("TUTTI_RUNNER_ZYGOTE", None)
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture(scope="session")

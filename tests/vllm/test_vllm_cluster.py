@@ -10,7 +10,6 @@ never a wrong output.
 import os
 import random
 import signal
-import socket
 
 import pytest
 
@@ -29,15 +28,7 @@ def _port_with_scheduler() -> int:
 
 def _tp_ports() -> int:
     """cluster_port for a TP engine: rank r's node listens on it + r, the scheduler's on it + 1000."""
-    for _ in range(20):
-        p = _port_with_scheduler()
-        try:
-            for r in range(1, TP):
-                socket.create_server(("127.0.0.1", p + r)).close()
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free loopback ports")
+    return free_port_pair(SCHEDULER_PORT_OFFSET, run=TP)
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from .common import (
     room_for,
 )
 from .fio import FIO_CONFIGS, fio_available, fio_command, parse_fio_json, pick_fio_config, run_fio
-from .machine import cpu_model, describe_path, machine_info
+from .machine import cpu_model, describe_path, machine_info, vllm_cpu_machine
 from .report import (
     SECTION_TITLE,
     markdown_section,
@@ -59,7 +59,7 @@ __all__ = [
     "GB", "BenchError", "drop_page_cache", "has_store_magic", "host_memory_available", "human_bytes",
     "is_block_device", "member_bytes", "room_for",
     "FIO_CONFIGS", "fio_available", "fio_command", "parse_fio_json", "pick_fio_config", "run_fio",
-    "cpu_model", "describe_path", "machine_info", "replace_section",
+    "cpu_model", "describe_path", "machine_info", "vllm_cpu_machine", "replace_section",
     "SECTION_TITLE", "markdown_section", "ratio_rows", "result_rows", "shown_command", "sweep_rows", "write_markdown",
     "TARGETS", "BenchConfig", "run_bench",
 ]

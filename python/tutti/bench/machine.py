@@ -22,6 +22,13 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def vllm_cpu_machine() -> str:
+    """The machine line of a benchmark that runs vLLM's CPU build: host, CPU, cores, kernel, vLLM."""
+    import vllm
+    return (f"{platform.node()}, {cpu_model()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+            f"vLLM {vllm.__version__} (CPU build)")
+
+
 def _sys_block(major: int, minor: int) -> Path | None:
     p = Path(f"/sys/dev/block/{major}:{minor}")
     return p.resolve() if p.exists() else None

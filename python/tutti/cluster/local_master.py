@@ -22,18 +22,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_port_pair(offset: int) -> int:
+def free_port_pair(offset: int, run: int = 1) -> int:
     """A free loopback port ``p`` with ``p + offset`` free too (a vLLM node uses its cluster_port and
-    cluster_port + 1000 for its scheduler: tutti.vllm.cluster.SCHEDULER_PORT_OFFSET)."""
+    cluster_port + 1000 for its scheduler: tutti.vllm.cluster.SCHEDULER_PORT_OFFSET), and with ``run``
+    > 1 also p + 1 ... p + run - 1 (a TP engine's rank r listens on cluster_port + r)."""
     for _ in range(50):
         p = free_port()
-        if p + offset > 65535:
+        if p + max(offset, run - 1) > 65535:
             continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", p + offset))
-            except OSError:
-                continue
+        try:
+            for q in [p + offset, *range(p + 1, p + run)]:
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+        except OSError:
+            continue
         return p
     raise ClusterError("no free pair of loopback ports")
 

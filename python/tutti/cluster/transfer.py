@@ -521,8 +521,9 @@ class Transfers:
     def _checkers(self):
         """The threads that copy and check received blocks (made at the first batch of several)."""
         with self._stats_lock:  # two fetches at once make one pool
-            n = min(CHECK_THREADS, len(affinity.current() or os.sched_getaffinity(0)))
-            if self._check_pool is None and n > 1:
-                self._check_pool = concurrent.futures.ThreadPoolExecutor(
-                    n, "tutti-cluster-check", initializer=affinity.service_thread)
+            if self._check_pool is None:
+                n = min(CHECK_THREADS, len(affinity.current() or os.sched_getaffinity(0)))
+                if n > 1:
+                    self._check_pool = concurrent.futures.ThreadPoolExecutor(
+                        n, "tutti-cluster-check", initializer=affinity.service_thread)
             return self._check_pool

@@ -17,6 +17,7 @@ zygote stays single-threaded (it forks), and exits when its parent does.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -158,6 +159,30 @@ def _run_child(req: dict) -> int:
     from . import runner
     sys.argv = [runner.__file__, req["spec"], req["out"]]
     return runner.main([req["spec"], req["out"]])
+
+
+@contextlib.contextmanager
+def running(sock: str, log_path: str, wait_s: float = 0.0):
+    """A zygote serving at ``sock`` (its output to ``log_path``) for the block, ``runner.launch`` forking
+    engines from it (TUTTI_RUNNER_ZYGOTE); killed after.  It binds the socket first and clients queue in
+    the backlog while it imports; a run that finds no socket yet starts a fresh interpreter instead,
+    unless ``wait_s`` waits (at most that long) for the socket to be there."""
+    import subprocess
+    import time
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "tutti.vllm.zygote", sock],
+                                env=dict(os.environ, TOKENIZERS_PARALLELISM="false"),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(sock) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.environ["TUTTI_RUNNER_ZYGOTE"] = sock
+    try:
+        yield sock
+    finally:
+        os.environ.pop("TUTTI_RUNNER_ZYGOTE", None)
+        proc.kill()
+        proc.wait()
 
 
 class ZygoteGone(RuntimeError):
