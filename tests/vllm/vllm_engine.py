@@ -8,6 +8,7 @@ BLOCK = 32  # CPU attention needs a multiple of 32
 
 ENGINE_ENV = dict(VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
 EngineFailed = RunnerFailed
+TEST_CAPACITY = "64MiB"  # a store run_engine creates, unless the test says
 
 
 def engine_env(tmp):
@@ -25,6 +26,9 @@ def run_engine(tmp, name, *, model, prompts, store=None, connector="tutti", extr
     extra = dict(extra or {})
     if store is not None:
         extra.setdefault("path", store)
+        # The connector's default (4 GiB a store, space reserved; a TP engine one per rank) filled the CI
+        # machine's disk over a full run (a TP store creation failed with ENOSPC): no test needs more.
+        extra.setdefault("capacity", TEST_CAPACITY)
     spec = dict(model=model, connector=connector, extra=extra, prompts=prompts,
                 max_tokens=max_tokens, block_size=BLOCK, multiprocess=multiprocess, **spec_extra)
     return launch(tmp, name, spec, env_extra=dict(ENGINE_ENV, **(env_extra or {})), timeout=timeout)

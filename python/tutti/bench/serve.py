@@ -95,8 +95,10 @@ class Server:
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         t0 = time.perf_counter()
         with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            # Its own process group (stop() kills the group), in this session: see tutti.vllm.zygote.
+            group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+            self.proc = subprocess.Popen(self.cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, **group)
         try:
             self._wait_ready()
         except BaseException:
