@@ -130,10 +130,9 @@ def serve(path: str):
 def _run_child(req: dict) -> int:
     """In the fork: become the run's own process (group, environment, cwd, log) and run it."""
     # A process group of its own, so that a kill of the group reaches the engine's own children; not a
-    # session of its own: Linux gives each session a scheduling group (autogroup) with an equal share of
-    # a CPU, and on a small machine an engine's spinning threads (vLLM polls while requests wait for a
-    # fetch) then starved the peers and mooncake_master the tests run beside it for seconds
-    # (docs/cluster.md#first-fetch).
+    # session of its own: Linux makes each session a scheduling group (autogroup), and on a small machine
+    # an engine's polling threads (vLLM's queue readers spin between steps) then starved the peers and
+    # mooncake_master the tests run beside it for seconds (docs/cluster.md#first-fetch).
     os.setpgid(0, 0)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
