@@ -147,6 +147,13 @@ def test_service_cpus_option(value, want):
     assert TuttiConfig.from_extra({"service_cpus": value}).service_cpus == want
 
 
+def test_service_cpus_default_leaves_threads_where_vllm_put_them():
+    """inherit by default: measured best on a machine whose every CPU computes for a rank
+    (docs/cluster.md#first-fetch); auto and lists are asked for."""
+    assert TuttiConfig.from_extra({}).service_cpus == "inherit"
+    assert affinity.choose(TuttiConfig.from_extra({}).service_cpus) is None
+
+
 @pytest.mark.parametrize("value", ["some", "1-", True, 1.5, ["0"]])
 def test_service_cpus_option_refuses_nonsense(value):
     with pytest.raises(ConfigError, match="service_cpus"):

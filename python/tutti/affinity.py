@@ -9,6 +9,11 @@ fetch thread, each bounded Mooncake call — would share one core with the rank'
 also spins while it waits for work: on 2 CPUs with tensor_parallel_size 2 a node's fetches took seconds
 at times, a peer's 8-byte read of this node's memory waiting for that core (docs/cluster.md#first-fetch).
 
+The default is ``inherit`` (leave them there): measured again once the tests' engines no longer starved
+their peers, moving them (``auto``) was no faster on a 2-CPU machine whose every CPU computes for a rank
+(forked engines 1.4-1.8x slower, fresh ones the same); where vLLM leaves CPUs free
+(``VLLM_CPU_NUM_OF_RESERVED_CPU``), name them as a list.
+
 A worker picks the set once (``choose``, ``use``); threads tutti starts enter it (``service_thread``),
 and C or Mooncake objects that start threads of their own are made inside ``service_cpus()``.  Outside a
 worker nothing changes: ``service_thread`` does nothing until ``use`` was called.

@@ -80,15 +80,16 @@ def test_tp2_engine_stores_and_a_second_engine_loads_on_both_ranks(vtmp, model, 
     kept = held(path)
     assert kept[0] == kept[1] and len(kept[0]) >= full, "a save committed on one rank only"
 
-    warm = run_tp(vtmp, "tp-warm", model=model, prompts=prompts, store=path, concurrent=False)
+    warm = run_tp(vtmp, "tp-warm", model=model, prompts=prompts, store=path, concurrent=False,
+                  extra={"service_cpus": "auto"})
     assert warm["outputs"] == tp_expect
     for w in tp_ranks(warm):
         assert w["load_blocks"] == full and w.get("load_errors", 0) == 0
         assert w["load_bytes"] == tp_ranks(warm)[0]["load_bytes"] > 0
     assert scheduler_stats(warm)["hit_tokens"] == full * BLOCK
     admin_check(path)
-    # vLLM bound each rank's thread to its one CPU; tutti's threads (the store's, the cluster's) were
-    # freed from it (tutti/affinity.py, service_cpus auto).
+    # vLLM bound each rank's thread to its one CPU; with service_cpus auto (asked for: the default is
+    # inherit) tutti's threads (the store's, the cluster's) were freed from it (tutti/affinity.py).
     with open(os.path.join(vtmp, "tp-warm", "log.txt")) as f:
         log = f.read()
     for r in range(TP):

@@ -60,7 +60,7 @@ class TuttiConfig:
     load_failure_policy: str = "recompute"    # what vLLM does with a block that failed to load
     lookahead_layers: int = 2                 # layers of a load in flight ahead of the model
     cpu_threads: int = 0                      # Store.open's: the CPU's copies and checksums; 0 = auto
-    service_cpus: str = "auto"                # CPUs of tutti's own threads (tutti/affinity.py)
+    service_cpus: str = "inherit"             # CPUs of tutti's own threads (tutti/affinity.py)
     write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks

@@ -176,8 +176,8 @@ class WorkerSide(SavesMixin):
                                              self.store_lock)
 
     def _place_threads(self):
-        """Where this rank's tutti threads run (service_cpus; tutti/affinity.py): off the one core
-        vLLM's CPU backend binds the calling thread to, by default."""
+        """Where this rank's tutti threads run (service_cpus; tutti/affinity.py): where vLLM put the
+        calling thread by default (inherit); with auto, off the one core vLLM's CPU backend binds it to."""
         cpus = affinity.choose(self.cfg.service_cpus)
         affinity.use(cpus)
         if cpus:
