@@ -27,13 +27,11 @@ import concurrent.futures
 import datetime
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from tutti.bench import replace_section, serve, shown_command, vllm_cpu_machine, workload
+from tutti.bench import replace_section, scratch_dir, serve, shown_command, vllm_cpu_machine, workload
 from tutti.cluster.local_master import LocalMaster, free_port_pair
 from tutti.errors import ClusterError
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
@@ -269,15 +267,12 @@ def main(argv=None):
     args = parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     import vllm  # noqa: F401 - vLLM missing: fail here, not after the set-up
-    tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-cluster-serving-", dir="/var/tmp")
     try:
-        ctx = build_context(args, tmp)
-        records = [run_config(name, ctx, os.path.join(tmp, name)) for name in args.configs]
+        with scratch_dir(args.workdir, "tutti-cluster-serving-") as tmp:
+            ctx = build_context(args, tmp)
+            records = [run_config(name, ctx, os.path.join(tmp, name)) for name in args.configs]
     except ClusterError as e:
         raise SystemExit(f"cluster_serving: {e}") from None
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
     meta = {"command": shown_command(".venv/bin/python benchmarks/cluster_serving.py", argv, OUTPUT_OPTIONS),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": vllm_cpu_machine(), "loadavg": os.getloadavg()[0],

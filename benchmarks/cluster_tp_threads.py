@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Cluster fetches of a TP engine on vLLM's CPU backend: tutti's threads on the rank's bound core
-(``service_cpus: inherit``, the behaviour before 2026-12-05) vs on every allowed CPU (``auto``).
+(``service_cpus: inherit``, the default) vs on every allowed CPU (``auto``).
 
 vLLM binds each rank's thread to its OpenMP cores (``VLLM_CPU_OMP_THREADS_BIND``; here one CPU a rank)
 and threads started from it inherit the mask: the connector's and Mooncake's threads then share that core
@@ -31,13 +31,11 @@ import datetime
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from tutti.bench import replace_section, shown_command, vllm_cpu_machine
+from tutti.bench import replace_section, scratch_dir, shown_command, vllm_cpu_machine
 from tutti.cluster.local_master import LocalMaster, StoreOwner, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
 from tutti.vllm import zygote
@@ -160,19 +158,15 @@ def render(data, cmd):
 
 def main(argv=None):
     args = parse_args(argv)
-    tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-cluster-tp-threads-", dir="/var/tmp")
-    os.makedirs(tmp, exist_ok=True)
     try:
-        if args.forked:
-            with zygote.running(os.path.join(tmp, "zygote.sock"), os.path.join(tmp, "zygote.log"), wait_s=120):
+        with scratch_dir(args.workdir, "tutti-cluster-tp-threads-") as tmp:
+            if args.forked:
+                with zygote.running(os.path.join(tmp, "zygote.sock"), os.path.join(tmp, "zygote.log"), wait_s=120):
+                    data = measure(args, tmp)
+            else:
                 data = measure(args, tmp)
-        else:
-            data = measure(args, tmp)
     except ClusterError as e:
         raise SystemExit(f"cluster_tp_threads: {e}") from None
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
     data.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 machine=vllm_cpu_machine(), section=TITLE + (", forked engines" if args.forked else ""))
     cmd = shown_command(".venv/bin/python benchmarks/cluster_tp_threads.py", sys.argv[1:] if argv is None else argv)

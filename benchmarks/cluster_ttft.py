@@ -24,13 +24,11 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
-from tutti.bench import replace_section, shown_command, vllm_cpu_machine
+from tutti.bench import replace_section, scratch_dir, shown_command, vllm_cpu_machine
 from tutti.cluster.local_master import LocalMaster, StoreOwner, free_port_pair
 from tutti.errors import ClusterError, RunnerFailed
 from tutti.vllm.cluster import SCHEDULER_PORT_OFFSET
@@ -160,14 +158,11 @@ def render(data, cmd):
 
 def main(argv=None):
     args = parse_args(argv)
-    tmp = args.workdir or tempfile.mkdtemp(prefix="tutti-cluster-ttft-", dir="/var/tmp")
     try:
-        data = measure(args, tmp)
+        with scratch_dir(args.workdir, "tutti-cluster-ttft-") as tmp:
+            data = measure(args, tmp)
     except ClusterError as e:
         raise SystemExit(f"cluster_ttft: {e}") from None
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(tmp, ignore_errors=True)
     data.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 machine=vllm_cpu_machine(), loadavg=os.getloadavg()[0], section=args.section)
     cmd = shown_command(".venv/bin/python benchmarks/cluster_ttft.py", sys.argv[1:] if argv is None else argv)

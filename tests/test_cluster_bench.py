@@ -2,6 +2,7 @@
 checks, the report from a run's results).  The benchmarks themselves start vLLM engines for minutes: not
 run in CI (docs/benchmarks.md has their runs)."""
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,17 @@ def test_cluster_serving_report_counts_hits_per_node_and_differing_outputs():
     assert "| cluster | 0 | 1000 | 200 | 400 | 40.0% | 3 / 0 | 0 |" in text
     assert "| independent | 1 | 1000 | 100 | 0 | 0.0% | 0 / 0 | 0 |" in text
     assert "| cluster | 1.000 | 0.300 s | 0.600 s | 0 |" in text
+
+
+def test_scratch_dir_keeps_a_given_workdir_and_removes_its_own_even_on_failure(tmp_path):
+    from tutti.bench import scratch_dir
+    given = tmp_path / "work" / "deep"
+    with scratch_dir(str(given), "tutti-test-") as d:
+        assert d == str(given) and given.is_dir()
+    assert given.is_dir()
+    with pytest.raises(RuntimeError):
+        with scratch_dir(None, "tutti-test-") as d:
+            own = d
+            assert own.startswith("/var/tmp/tutti-test-") and os.path.isdir(own)
+            raise RuntimeError("benchmark failed")
+    assert not os.path.exists(own)

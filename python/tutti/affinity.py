@@ -6,8 +6,9 @@ already bound when the connector starts (always with engines forked from a proce
 torch and vLLM, as the test suite starts them; in some runs with a fresh interpreter), everything the
 connector starts — the store's copy and checksum threads, the cluster tier's threads and Mooncake's, the
 fetch thread, each bounded Mooncake call — would share one core with the rank's compute thread, which
-also spins while it waits for work: on 2 CPUs with tensor_parallel_size 2 a node's fetches took seconds
-at times, a peer's 8-byte read of this node's memory waiting for that core (docs/cluster.md#first-fetch).
+also spins while it waits for work.  On 2 CPUs with tensor_parallel_size 2 a node's fetches took seconds
+at times, but that was measured while the tests' engines, each in a session of its own, starved their
+peers (docs/cluster.md#first-fetch).
 
 The default is ``inherit`` (leave them there): measured again once the tests' engines no longer starved
 their peers, moving them (``auto``) was no faster on a 2-CPU machine whose every CPU computes for a rank

@@ -40,6 +40,7 @@ from .common import (
     is_block_device,
     member_bytes,
     room_for,
+    scratch_dir,
 )
 from .fio import FIO_CONFIGS, fio_available, fio_command, parse_fio_json, pick_fio_config, run_fio
 from .machine import cpu_model, describe_path, machine_info, vllm_cpu_machine
@@ -57,7 +58,7 @@ from .run import TARGETS, BenchConfig, run_bench
 
 __all__ = [
     "GB", "BenchError", "drop_page_cache", "has_store_magic", "host_memory_available", "human_bytes",
-    "is_block_device", "member_bytes", "room_for",
+    "is_block_device", "member_bytes", "room_for", "scratch_dir",
     "FIO_CONFIGS", "fio_available", "fio_command", "parse_fio_json", "pick_fio_config", "run_fio",
     "cpu_model", "describe_path", "machine_info", "vllm_cpu_machine", "replace_section",
     "SECTION_TITLE", "markdown_section", "ratio_rows", "result_rows", "shown_command", "sweep_rows", "write_markdown",

@@ -1,11 +1,14 @@
 """Helpers the benchmark's modules share: units, errors, statistics, CPU time, members on disk."""
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import shutil
 import stat
 import statistics
-from typing import Iterable
+import tempfile
+from typing import Iterable, Iterator
 
 from ..errors import BenchError as BenchError  # its old home: bench modules import it from here
 
@@ -111,3 +114,16 @@ def host_memory_available() -> int:
     import psutil
 
     return psutil.virtual_memory().available
+
+
+@contextlib.contextmanager
+def scratch_dir(workdir: str | None, prefix: str) -> Iterator[str]:
+    """A benchmark's working directory: ``workdir`` (made if missing, kept after) or a new temporary one
+    under /var/tmp (not tmpfs: stores and models go there), removed after, whatever happened."""
+    path = workdir or tempfile.mkdtemp(prefix=prefix, dir="/var/tmp")
+    os.makedirs(path, exist_ok=True)
+    try:
+        yield path
+    finally:
+        if workdir is None:
+            shutil.rmtree(path, ignore_errors=True)
