@@ -4,7 +4,8 @@
     python tp_cluster_rank.py sched --dir D --ctl SOCK --port P ...
 
 ``rank``: one TP rank's worker side (tutti.vllm.worker.WorkerSide over a gloo group, its own store
-D/kv<R>.img holding its heads of tp_worker_rank's reference KV) with the cluster configured, so its
+D/kv<R>.img holding its heads of tp_worker_rank's reference KV; the KV cache moved by --data-path, on
+the CUDA device for staged / gio / gds) with the cluster configured, so its
 WorkerCluster runs a ClusterNode at P + R.  ``sched``: the scheduler side (SchedulerSide, whose
 SchedulerCluster looks up peers' blocks for every rank at P + 1000), over the read-only snapshots of
 D's rank stores.  Each process connects to the test's Unix socket SOCK, says {"ready": ..., "pid": N}
@@ -50,7 +51,8 @@ def config(args):
         "load_policy": "all",   # the whole hit: what is tested here is the cluster, not the planner
         "cluster_master": args.master, "cluster_metadata": args.metadata, "cluster_port": args.port,
         "cluster_fetch": args.fetch, "cluster_call_timeout_s": 5, "cluster_fetch_timeout_s": 5,
-        "cluster_keeper_interval_s": 0.5, "cluster_index_bytes": 16 << 20, "cluster_fetch_wait_s": 20})
+        "cluster_keeper_interval_s": 0.5, "cluster_index_bytes": 16 << 20, "cluster_fetch_wait_s": 20,
+        "data_path": args.data_path})
 
 
 def block_hash(i: int) -> bytes:
@@ -80,9 +82,13 @@ class Rank:
                                 timeout=datetime.timedelta(seconds=30))
         self.first, self.end = head_range(wr.KV_HEADS, args.rank, WORLD)
         self.shape = shape()
+        # cpu / host: the KV cache in host memory (host: the GPU-memory data path's code on CPU tensors);
+        # staged, gio, gds: on the CUDA device, moved by that data path.
+        self.device = "cpu" if args.data_path in ("cpu", "host") else "cuda"
         self.w = WorkerSide(config(args), self.shape, args.rank, TuttiStats(), group=dist.group.WORLD)
         self.kv = {wr.layer_name(l): torch.zeros(NUM_BLOCKS, self.end - self.first, wr.BLOCK, 2 * wr.HEAD_DIM,
-                                                 dtype=torch.int16) for l in range(wr.N_LAYERS)}
+                                                 dtype=torch.int16, device=self.device)
+                   for l in range(wr.N_LAYERS)}
         self.w.register_kv_caches(self.kv, NUM_BLOCKS)  # opens the store, reconciles, joins the cluster
 
     def key(self, i):
@@ -100,7 +106,7 @@ class Rank:
             ref = wr.reference(step)
             ids = list(range(wr.BLOCKS_PER_STEP))
             for l in range(wr.N_LAYERS):
-                self.kv[wr.layer_name(l)][ids] = ref[l, :, self.first:self.end]
+                self.kv[wr.layer_name(l)][ids] = ref[l, :, self.first:self.end].to(self.device)
             keys = [self.key(step * wr.BLOCKS_PER_STEP + b) for b in range(wr.BLOCKS_PER_STEP)]
             meta = TuttiMetadata(saves=[BlockTransfer("writer", keys, ids)], step=step + 1)
             with w.store_lock:
@@ -144,7 +150,7 @@ class Rank:
                 for j, b in enumerate(t.block_ids):
                     i = t.first + j
                     self.kv[wr.layer_name(l)][b] = wr.reference(i // wr.BLOCKS_PER_STEP)[
-                        l, i % wr.BLOCKS_PER_STEP, self.first:self.end]
+                        l, i % wr.BLOCKS_PER_STEP, self.first:self.end].to(self.device)
             with w.store_lock:
                 w.save_layer(meta, wr.layer_name(l))
         with w.store_lock:
@@ -155,7 +161,7 @@ class Rank:
         loaded = {}
         for t in meta.loads:
             for b in t.block_ids:
-                loaded[b] = enc(self.torch.stack([self.kv[wr.layer_name(l)][b] for l in range(wr.N_LAYERS)]))
+                loaded[b] = enc(self.torch.stack([self.kv[wr.layer_name(l)][b] for l in range(wr.N_LAYERS)]).cpu())
         with w.store_lock:
             held = [k.hex() for k in self.held_keys()]
         return {"errors": errors, "worker_meta": enc(wm) if wm is not None else None,
@@ -255,6 +261,7 @@ def main():
     ap.add_argument("--master", required=True)
     ap.add_argument("--metadata", required=True)
     ap.add_argument("--fetch", default="async", choices=["async", "step"])
+    ap.add_argument("--data-path", default="cpu", choices=["cpu", "host", "staged", "gio", "gds"])
     args = ap.parse_args()
     ctl = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ctl.settimeout(30)

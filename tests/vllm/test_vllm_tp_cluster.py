@@ -184,14 +184,14 @@ def all_cmd(procs, op, timeout=60, **kw):
 class Cluster:
     """Node A (2 ranks), node B (2 ranks) and B's scheduler side, on one master; all stopped by close()."""
 
-    def __init__(self, tmp, master, fetch):
-        self.tmp, self.master, self.fetch = str(tmp), master, fetch
+    def __init__(self, tmp, master, fetch, data_path="cpu"):
+        self.tmp, self.master, self.fetch, self.data_path = str(tmp), master, fetch, data_path
         self.sockdir = tempfile.mkdtemp(prefix="tpc-")
         self.procs = []
 
     def _common(self, d, port):
         return ["--dir", d, "--port", str(port), "--master", self.master.address,
-                "--metadata", self.master.metadata, "--fetch", self.fetch]
+                "--metadata", self.master.metadata, "--fetch", self.fetch, "--data-path", self.data_path]
 
     def node(self, name, port):
         d = os.path.join(self.tmp, name)
@@ -237,8 +237,8 @@ def master(tmp_path):
 def cluster_of(tmp_path, master):
     made = []
 
-    def make(fetch):
-        c = Cluster(tmp_path, master, fetch)
+    def make(fetch, data_path="cpu"):
+        c = Cluster(tmp_path, master, fetch, data_path)
         made.append(c)
         return c
 
@@ -315,7 +315,24 @@ def _per_rank(outs, key):
 
 @pytest.mark.parametrize("fetch", ["async", "step"])
 def test_each_rank_loads_its_heads_from_the_same_rank_of_a_peer(cluster_of, fetch):
-    c = cluster_of(fetch)
+    _remote_hit(cluster_of(fetch), fetch)
+
+
+# host: the GPU-memory data path's code (DeviceKV, DeviceTxn) on CPU tensors, its C reference path moving
+# the bytes (needs libtutti_gpu.so); staged and gio: the KV caches on the CUDA device (skip without one).
+@pytest.mark.parametrize("data_path", ["host", "staged", "gio"])
+def test_a_remote_hit_through_the_gpu_data_paths(cluster_of, data_path, request):
+    """A saves from, and B loads into, KV caches moved by a GPU-memory data path: the fetched blocks land
+    in B's store, then the path brings each rank's heads into its KV cache, bit-exact."""
+    if data_path != "host" and not torch.cuda.is_available():
+        pytest.skip(f"data path {data_path}: needs a CUDA device")
+    request.getfixturevalue("gpu_lib")
+    _remote_hit(cluster_of("async", data_path), "async")
+
+
+def _remote_hit(c, fetch):
+    """B finds A's whole prompt for every rank, each rank fetches its heads from A's rank of the same
+    number and loads them bit-exact; A served each block once; B keeps them as replicas."""
     a = _node_a(c)
     b, sched = _node_b(c)
     first = sched.cmd("match", req_id="doc", n_blocks=N_BLOCKS)
