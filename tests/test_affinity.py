@@ -73,8 +73,29 @@ def test_auto_leaves_an_unbound_thread_alone_and_inherit_always():
 
 @many
 def test_auto_frees_a_thread_bound_to_one_cpu():
+    """Onto the CPUs the bound thread does not compute on, never its own core."""
     cpu = min(os.sched_getaffinity(0))
-    assert in_thread_bound_to(cpu, lambda: affinity.choose("auto")) == ALLOWED
+    assert in_thread_bound_to(cpu, lambda: affinity.choose("auto", env={})) == ALLOWED - {cpu}
+
+
+@pytest.mark.parametrize("text,want", [("0-3|4-7", set(range(8))), ("0|1", {0, 1}), ("2,5|", {2, 5}),
+                                       ("auto", set()), ("all", set()), ("nobind", set()), ("", set()),
+                                       ("0-x|1", set())])
+def test_the_ranks_cpus_are_read_from_vllms_bind_lists(text, want):
+    assert affinity.ranks_bound_cpus({"VLLM_CPU_OMP_THREADS_BIND": text}) == want
+
+
+@many
+def test_auto_keeps_off_every_ranks_cpus_and_stays_when_none_is_free():
+    """With TP every CPU in VLLM_CPU_OMP_THREADS_BIND computes for some rank: auto leaves those alone
+    (moving tutti's threads onto the other rank's core was slower, docs/cluster.md#first-fetch), and
+    when no allowed CPU is left it changes nothing."""
+    cpus = sorted(ALLOWED)
+    me, other = cpus[0], cpus[1]
+    bind = {"VLLM_CPU_OMP_THREADS_BIND": f"{me}|{other}"}
+    assert in_thread_bound_to(me, lambda: affinity.choose("auto", env=bind)) == (ALLOWED - {me, other} or None)
+    every = {"VLLM_CPU_OMP_THREADS_BIND": f"{me}|{affinity.describe(ALLOWED - {me})}"}
+    assert in_thread_bound_to(me, lambda: affinity.choose("auto", env=every)) is None
 
 
 def test_an_explicit_list_is_kept_within_the_allowed_cpus():
@@ -112,7 +133,7 @@ def test_a_bound_workers_threads_run_on_the_service_cpus_and_it_keeps_its_own(tm
     Store.format([path], LLAMA3_8B, n_slots=n)
 
     def worker():
-        affinity.use(affinity.choose("auto"))
+        affinity.use(affinity.choose("auto", env={}))
         before = tids()
         with affinity.service_cpus():
             inside = set(os.sched_getaffinity(0))
@@ -135,10 +156,11 @@ def test_a_bound_workers_threads_run_on_the_service_cpus_and_it_keeps_its_own(tm
         return inside, masks, got["mask"], set(os.sched_getaffinity(0))
 
     inside, masks, helper_mask, after = in_thread_bound_to(cpu, worker)
-    assert inside == ALLOWED
+    free = ALLOWED - {cpu}
+    assert inside == free
     assert masks, "the store started no threads"
-    assert all(m == ALLOWED for m in masks.values()), masks
-    assert helper_mask == ALLOWED
+    assert all(m == free for m in masks.values()), masks
+    assert helper_mask == free
     assert after == {cpu}  # the compute thread stays where vLLM put it
 
 

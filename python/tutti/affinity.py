@@ -11,9 +11,13 @@ at times, but that was measured while the tests' engines, each in a session of i
 peers (docs/cluster.md#first-fetch).
 
 The default is ``inherit`` (leave them there): measured again once the tests' engines no longer starved
-their peers, moving them (``auto``) was no faster on a 2-CPU machine whose every CPU computes for a rank
-(forked engines 1.4-1.8x slower, fresh ones the same); where vLLM leaves CPUs free
-(``VLLM_CPU_NUM_OF_RESERVED_CPU``), name them as a list.
+their peers, moving them onto every allowed CPU was no faster on a 2-CPU machine whose every CPU computes
+for a rank (forked engines 1.4-1.8x slower, fresh ones the same): they then took the *other* rank's core.
+So ``auto`` moves them only onto CPUs no rank computes on — the allowed CPUs minus this thread's mask and
+minus every rank's list in ``VLLM_CPU_OMP_THREADS_BIND`` (``0-3|4-7``: vLLM's ranks, in rank order) — and
+leaves them where they are when none is left.  With vLLM's own binding (``auto``, no lists) the other
+ranks' CPUs are not known here: a CPU list is then the way to name the free ones
+(``VLLM_CPU_NUM_OF_RESERVED_CPU``).
 
 A worker picks the set once (``choose``, ``use``); threads tutti starts enter it (``service_thread``),
 and C or Mooncake objects that start threads of their own are made inside ``service_cpus()``.  Outside a
@@ -79,10 +83,24 @@ def allowed_cpus() -> frozenset:
     return cpus
 
 
-def choose(spec: str = "auto") -> frozenset | None:
+def ranks_bound_cpus(env=None) -> frozenset:
+    """CPUs vLLM's CPU backend binds its ranks' compute threads to, where ``VLLM_CPU_OMP_THREADS_BIND``
+    names them as lists (``0-3|4-7``); empty when it does not (unset, ``auto``, ``all``, ``nobind``,
+    or not a list this can read: then nothing is known of the other ranks)."""
+    text = (os.environ if env is None else env).get("VLLM_CPU_OMP_THREADS_BIND", "").strip()
+    if not text or text in ("auto", "all", "nobind"):
+        return frozenset()
+    try:
+        return frozenset().union(*(parse_cpu_list(p) for p in text.split("|") if p.strip()))
+    except ValueError:
+        return frozenset()
+
+
+def choose(spec: str = "auto", env=None) -> frozenset | None:
     """The set the calling (worker's main) thread's helpers should run on, or None to leave them as
-    they are.  ``auto``: every allowed CPU when this thread is bound to fewer (vLLM's CPU backend);
-    nothing otherwise.  ``inherit``: nothing.  A CPU list: those (ConfigError if none is allowed)."""
+    they are.  ``auto``: when this thread is bound to fewer CPUs than allowed (vLLM's CPU backend), the
+    allowed CPUs no rank computes on (ranks_bound_cpus and this thread's own); None when there are none,
+    or when it is not bound.  ``inherit``: None.  A CPU list: those (ConfigError if none is allowed)."""
     if spec == "inherit" or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = allowed_cpus()
@@ -91,7 +109,9 @@ def choose(spec: str = "auto") -> frozenset | None:
             mine = frozenset(os.sched_getaffinity(0))
         except OSError:
             return None
-        return allowed if not allowed <= mine else None
+        if allowed <= mine:
+            return None
+        return (allowed - mine - ranks_bound_cpus(env)) or None
     try:
         want = parse_cpu_list(spec)
     except ValueError as e:

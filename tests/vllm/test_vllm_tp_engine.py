@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
-from tutti import Store
-from vllm_engine import BLOCK, TP, EngineFailed, run_tp, scheduler_stats, tp_ranks, tp_shard
+from tutti import Store, affinity
+from vllm_engine import BLOCK, TP, EngineFailed, run_tp, scheduler_stats, tp_bind, tp_ranks, tp_shard
 
 PREFIX_BLOCKS, TAIL = 12, 2 * BLOCK + 5
 
@@ -88,12 +88,18 @@ def test_tp2_engine_stores_and_a_second_engine_loads_on_both_ranks(vtmp, model, 
         assert w["load_bytes"] == tp_ranks(warm)[0]["load_bytes"] > 0
     assert scheduler_stats(warm)["hit_tokens"] == full * BLOCK
     admin_check(path)
-    # vLLM bound each rank's thread to its one CPU; with service_cpus auto (asked for: the default is
-    # inherit) tutti's threads (the store's, the cluster's) were freed from it (tutti/affinity.py).
+    # vLLM bound each rank's thread to its one CPU (VLLM_CPU_OMP_THREADS_BIND, tp_bind); with service_cpus
+    # auto (asked for: the default is inherit) tutti's threads go to the CPUs no rank computes on, and
+    # stay where they are when there is none, as on a 2-CPU machine (tutti/affinity.py).
     with open(os.path.join(vtmp, "tp-warm", "log.txt")) as f:
         log = f.read()
+    bound = [int(c) for c in tp_bind().split("|")]
+    free = affinity.allowed_cpus() - set(bound)
     for r in range(TP):
-        assert f"tutti: rank {r}'s threads run on CPUs " in log
+        if free:
+            assert f"tutti: rank {r}'s threads run on CPUs {affinity.describe(free)} " in log
+        else:
+            assert f"tutti: rank {r}'s threads stay with this thread's CPUs {bound[r]} " in log
 
 
 def test_tp2_engine_load_failing_on_one_rank_is_recomputed_on_both(vtmp, model, tp_prompts, tp_expect,

@@ -177,16 +177,20 @@ class WorkerSide(SavesMixin):
 
     def _place_threads(self):
         """Where this rank's tutti threads run (service_cpus; tutti/affinity.py): where vLLM put the
-        calling thread by default (inherit); with auto, off the one core vLLM's CPU backend binds it to."""
+        calling thread by default (inherit); with auto, on the CPUs no rank computes on, if any."""
         cpus = affinity.choose(self.cfg.service_cpus)
         affinity.use(cpus)
+        try:
+            mine = affinity.describe(os.sched_getaffinity(0))
+        except OSError:
+            mine = "?"
         if cpus:
-            try:
-                mine = affinity.describe(os.sched_getaffinity(0))
-            except OSError:
-                mine = "?"
             log.info("tutti: rank %d's threads run on CPUs %s (this thread: %s)", self.rank,
                      affinity.describe(cpus), mine)
+        elif self.cfg.service_cpus == "auto":
+            log.info("tutti: rank %d's threads stay with this thread's CPUs %s (service_cpus auto: no "
+                     "allowed CPU is free of the ranks' compute threads, or this thread is not bound)",
+                     self.rank, mine)
 
     def tp_group(self):
         """The group the ranks' commits agree over: vLLM's TP group on the CPU (gloo)."""
