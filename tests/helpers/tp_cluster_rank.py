@@ -116,6 +116,18 @@ class Rank:
                 w.finish_save(meta)
                 # take_worker_meta hands the step's commits to the node's publisher (settle calls it)
                 committed += [ev.key for ev in wr.settle(w, meta) if ev.key]
+        # On a GPU data path a layer's writes go once its kernels are done: a save whose layers were not
+        # done by its step's end is carried over and committed at a later step.  Empty steps, as many on
+        # every rank (the commit is agreed), until no rank has a save pending.
+        import torch.distributed as dist
+        for _ in range(200):
+            pending = self.torch.tensor([len(w._fifo)])
+            dist.all_reduce(pending, op=dist.ReduceOp.MAX)
+            if not pending.item():
+                break
+            time.sleep(0.01)
+            with w.store_lock:
+                committed += [ev.key for ev in wr.settle(w, meta) if ev.key]
         return {"committed": len(committed)}
 
     def _node_stats_when(self, key, n, timeout):
