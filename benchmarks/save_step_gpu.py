@@ -78,7 +78,7 @@ class Rig:
             "data_path": path, "save_mode": save_mode,
             # Every save of the benchmark is pending at once at most: no drops.
             "max_pending_bytes": str(self.block_bytes * capacity_blocks),
-            "drain_bytes_per_step": args.drain_bytes_per_step})
+            "drain_bytes_per_step": args.drain_bytes_per_step, "write_policy": args.write_policy})
         mshape = ModelShape(model_id="bench/llama-3-8b-shaped", dtype="bfloat16", n_layers=shape.n_layers,
                             kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, block_size=BS, tp_size=1)
         self.w = WorkerSide(cfg, mshape, 0, TuttiStats())
@@ -339,6 +339,8 @@ def main():
                     help="decode steps a deferred save may take to be committed (else the run fails)")
     ap.add_argument("--drain-bytes-per-step", default="auto",
                     help="the connector's drain_bytes_per_step: carried-over writes a decode step submits")
+    ap.add_argument("--write-policy", choices=("slack", "eager", "after_step"), default="slack",
+                    help="the connector's write_policy (after_step: no write beside the forward)")
     ap.add_argument("--decode", choices=("graph", "eager"), default="graph",
                     help="decode steps replayed from a CUDA graph (as vLLM does; the default) or run eagerly "
                          "(host-bound Python launches); the CPU runs them eagerly")

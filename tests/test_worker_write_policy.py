@@ -257,10 +257,66 @@ def test_slack_load_waits_for_writes_in_flight(tmp_path):
     w.close()
 
 
+@pytest.mark.parametrize("data_path", DATA_PATHS)
+@pytest.mark.parametrize("save_mode", ["step", "deferred"])
+def test_after_step_submits_no_write_beside_the_forward(tmp_path, save_mode, data_path, request):
+    """write_policy after_step: while the forward runs (its load and every layer's save_kv_layer) no
+    write is submitted, with or without a load in the step; the step's end sends them (step: written
+    and committed in wait_for_save; deferred: by the drains, committed at a later step), stored exact."""
+    if data_path != "cpu":
+        gpu_store_lib(request, data_path)
+    w, kv, log, stats = make_worker(str(tmp_path), "after_step", data_path=data_path, save_mode=save_mode)
+    committed = set()
+
+    def forward(meta, computed):
+        w.start_load(meta)
+        for l in range(N_LAYERS):
+            if meta.loads:
+                w.wait_layer(layer_name(l))
+            ids, ref = computed
+            kv[layer_name(l)][ids] = ref[l].to(kv[layer_name(l)].device)
+            w.save_layer(meta, layer_name(l))
+        assert log.of("W", "submit") == [], "a write went beside the forward"
+        w.finish_save(meta)
+        assert not w.take_load_errors()
+        wm = w.take_worker_meta()
+        committed.update(ev.key for ev in (wm.events if wm else []) if ev.key)
+
+    def settle(want):
+        deadline = time.monotonic() + 20
+        while not want <= committed:
+            assert time.monotonic() < deadline, committed
+            w.start_load(TuttiMetadata())
+            w.finish_save(TuttiMetadata())
+            wm = w.take_worker_meta()
+            committed.update(ev.key for ev in (wm.events if wm else []) if ev.key)
+            time.sleep(0.002)
+
+    forward(TuttiMetadata(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)]), (PREFIX_IDS, reference(1)))
+    if save_mode == "step":
+        assert committed == set(keys("prefix"))
+    settle(set(keys("prefix")))
+    log.events.clear()
+    forward(TuttiMetadata(loads=[BlockTransfer("r2", keys("prefix"), LOAD_IDS)],
+                          saves=[BlockTransfer("r2", keys("new"), NEW_IDS)]), (NEW_IDS, reference(2)))
+    settle(set(keys("new")))
+    assert log.violations() == []
+    assert sorted(log.of("W", "submit")) == list(range(N_LAYERS))
+    assert stats.data.get("writes_deferred", 0) == 2 * N_LAYERS
+    for l in range(N_LAYERS):
+        assert torch.equal(kv[layer_name(l)][LOAD_IDS].cpu(), reference(1)[l])
+    w.close()
+    with Store.open([os.path.join(str(tmp_path), "kv.img")], readonly=True, shared=True) as s:
+        for tag, ref in (("prefix", reference(1)), ("new", reference(2))):
+            for b, k in enumerate(keys(tag)):
+                assert s.get(k) == ref[:, b].contiguous().numpy().tobytes(), (tag, b)
+
+
 @pytest.mark.parametrize("bad", ["lazy", "", None, 1])
 def test_write_policy_is_validated(bad):
     assert TuttiConfig.from_extra({}).write_policy == "slack"
     assert TuttiConfig.from_extra({"write_policy": "eager"}).write_policy == "eager"
+    assert TuttiConfig.from_extra({"write_policy": "after_step"}).write_policy == "after_step"
     with pytest.raises(ConfigError, match="write_policy: expected 'slack'"):
         TuttiConfig.from_extra({"write_policy": bad})
 

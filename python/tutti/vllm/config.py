@@ -61,7 +61,8 @@ class TuttiConfig:
     lookahead_layers: int = 2                 # layers of a load in flight ahead of the model
     cpu_threads: int = 0                      # Store.open's: the CPU's copies and checksums; 0 = auto
     service_cpus: str = "inherit"             # CPUs of tutti's own threads (tutti/affinity.py)
-    write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once
+    write_policy: str = "slack"               # slack: writes wait for the reads; eager: at once;
+    #                                           after_step: for the step's end (never beside the forward)
     save: bool = True                         # store new blocks
     load: bool = True                         # load stored blocks
     load_policy: str = "auto"                 # auto: load a hit only as far as loading beats recompute
@@ -149,7 +150,9 @@ class TuttiConfig:
         # Options with a few named values: the message says what each value does.
         for name, meanings in (
                 ("write_policy", {"slack": "a layer's write waits while the step's reads are in flight",
-                                  "eager": "each layer's write goes at once"}),
+                                  "eager": "each layer's write goes at once",
+                                  "after_step": "a step's writes wait for its end (deferred saves: the "
+                                                "drains of later steps), none beside the forward"}),
                 ("load_policy", {"auto": "load a stored prefix only as far as loading beats recomputing "
                                          "it, from rates measured while serving",
                                  "all": "always the whole hit"}),

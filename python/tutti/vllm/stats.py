@@ -32,7 +32,7 @@ COUNTERS = (
     "save_errors",
     "save_fenced",       # blocks not stored because a load had failed (their KV may be bad)
     "load_failures",     # steps whose load failed (scheduler: failures taken in)
-    "writes_deferred",   # layer writes held back because the step's reads were in flight
+    "writes_deferred",   # layer writes held back: the step's reads were in flight (after_step: always)
     "rw_overlap_s",      # time a read and a write were both in flight (0 with write_policy slack)
     "load_write_wait_s", # time loads waited for writes in flight before starting (reads first)
     "drain_spills",      # drains still being written two step ends after they went out (drain.py)

@@ -108,7 +108,8 @@ class WorkerSide(SavesMixin):
         self.io = None          # datapath.HostIO / DeviceIO
         self.layout = None
         self._load = None
-        self._slack = cfg.write_policy == "slack"
+        self._slack = cfg.write_policy in ("slack", "after_step")   # reads first
+        self._after_step = cfg.write_policy == "after_step"         # no write beside the forward
         self._overlap = _Overlap(stats)
         self._errors = set()    # vLLM blocks whose load failed in this step
         self._events = []
