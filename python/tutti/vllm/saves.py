@@ -169,8 +169,7 @@ class SavesMixin:
         sv.queued.append((layer, self.io.mark()))
         if self._after_step or (self._slack and self._load is not None):
             # Reads first: this layer's KV stays in vLLM's cache (nothing overwrites it before
-            # the step ends) until the load is over.  after_step: until the step's end, so no
-            # write runs beside the forward's kernels (they go with the drains, or at the commit).
+            # the step ends) until the load is over; after_step: until the step's end.
             self.stats.add(writes_deferred=1)
             return
         self._issue(sv)
@@ -195,8 +194,7 @@ class SavesMixin:
         return sv
 
     def _issue_writes(self, block=False):
-        """The current step's queued writes (called when the step's reads are over; with
-        write_policy after_step they wait for the step's end)."""
+        """The current step's queued writes (called when the reads are over; after_step: not yet)."""
         if self._save and not self._after_step:
             self._issue(self._save, block)
 
