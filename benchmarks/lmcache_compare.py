@@ -88,6 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs per row, medians reported")
     ap.add_argument("--lmcache-python", default=None, help="an interpreter with lmcache: run its RawBlockCore too")
     ap.add_argument("--no-fio", action="store_true", help="skip the fio baseline")
+    ap.add_argument("--cpu-threads", type=int, default=0,
+                    help="Store.open(cpu_threads=) for Tutti's rows (0: the CPUs it may run on, at most 8)")
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "lmcache_compare_cpu.json"), help="raw results")
     ap.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"), help="markdown file to update")
     ap.add_argument("--render", action="store_true",
@@ -117,7 +119,8 @@ def main(argv=None) -> int:
         for n in tokens:
             print(f"== {medium}, {n} tokens", file=sys.stderr)
             cfg = lc.CompareConfig(path=os.path.join(dirs[medium], "compare.img"), prefix_tokens=n, runs=args.runs,
-                                   fio=not args.no_fio, lmcache_python=args.lmcache_python, command=command)
+                                   fio=not args.no_fio, lmcache_python=args.lmcache_python, command=command,
+                                   cpu_threads=args.cpu_threads)
             try:
                 res = lc.run_compare(cfg, log=lambda msg: print(msg, file=sys.stderr, flush=True))
             except BenchError as e:

@@ -257,10 +257,11 @@ def test_cli_compare_json(tmp_path):
     md = tmp_path / "b.md"
     res = CliRunner().invoke(main, ["bench", str(tmp_path / "s.img"), "--compare", "lmcache", "--model-config",
                                     str(cfg), "--prefix-tokens", str(TOKENS), "--runs", "1", "--no-fio", "--json",
-                                    "--output", str(md)], catch_exceptions=False)
+                                    "--cpu-threads", "2", "--output", str(md)], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["title"] == lc.COMPARE_TITLE and out["workload"]["prefix_tokens"] == TOKENS
+    assert out["tutti"]["cpu_threads"] == 2
     assert out["median"]["raw_block"]["retrieve"]["gbps"] > 0
     assert md.read_text().count(f"## {lc.COMPARE_TITLE}") == 1
     assert sorted(os.listdir(tmp_path)) == ["b.md", "cfg.json"]

@@ -115,6 +115,7 @@ class CompareConfig:
     force: bool = False
     lmcache_python: str | None = None
     disk_threads: int = DISK_THREADS
+    cpu_threads: int = 0        # Store.open's for Tutti's rows (0: auto); the one-thread row stays 1
     drop_cache: bool = True     # drop the page cache before every read (root); tests turn it off
     command: str = ""
 
@@ -252,7 +253,7 @@ def run_compare(cfg: CompareConfig, log: Callable[[str], None] | None = None) ->
                      "span_bytes": geo.span_bytes, "block_size": fp.block_size, "prefix_tokens": cfg.prefix_tokens,
                      "blocks": n_blocks, "bytes": layout.total_bytes},
         "layout": layout.to_dict(),
-        "tutti": {"engine": engine_name, "store_bytes": need},
+        "tutti": {"engine": engine_name, "store_bytes": need, "cpu_threads": cfg.cpu_threads},
         "raw_block": {"package": RAW_BLOCK_PIP, "version": dist_version(RAW_BLOCK_PIP), "fixed_buffers": fixed},
         "lmcache": {"python": cfg.lmcache_python, "version": lmcache_version},
         "fio": {"used": bool(fio_version), "note": fio_note, "settings": FIO_SETTINGS,

@@ -144,7 +144,7 @@ class TuttiEngine:
             prefill([self.path], geo, self.region)
             self.prefilled = True
         keys = [bench_key(r, i) for i in range(n)]
-        with Store.open([self.path], engine=ctx.cfg.engine) as store:
+        with Store.open([self.path], engine=ctx.cfg.engine, cpu_threads=ctx.cfg.cpu_threads) as store:
             self.engine_name = store.engine
             self.src_pb.register(store)
             _, secs, cpu = timed_call(lambda: store_pass(store, self.src_pb, geo, keys, self.src_ids))
@@ -162,7 +162,8 @@ class TuttiEngine:
         with Store.open([self.path], engine=ctx.cfg.engine, cpu_threads=1) as store:
             out["tutti_one_thread"] = {"retrieve": self._retrieve(store, slots, 0x69 ^ r,
                                                                   "Tutti retrieve, one thread")}
-        with Store.open([self.path], engine=ctx.cfg.engine, verify=False) as store:
+        with Store.open([self.path], engine=ctx.cfg.engine, verify=False,
+                        cpu_threads=ctx.cfg.cpu_threads) as store:
             out["tutti_unverified"] = {"retrieve": self._retrieve(store, slots, 0x3C ^ r,
                                                                   "Tutti retrieve, verify off")}
         if self.fio_version:  # after the reads, not right after the store: the same state the reads found

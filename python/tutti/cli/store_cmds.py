@@ -334,9 +334,6 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     if lmcache_python and not compare:
         raise CliError("bench: --lmcache-python needs --compare lmcache", EXIT_USAGE)
     if compare:
-        if cpu_threads:
-            raise CliError("bench: --cpu-threads does not apply to --compare lmcache (it measures Tutti both "
-                           "ways)", EXIT_USAGE)
         if len(members) != 1:
             raise CliError("bench: --compare lmcache takes one PATH (Tutti's store file; LMCache's files go "
                            "beside it)", EXIT_USAGE)
@@ -360,7 +357,7 @@ def bench_cmd(paths, extra_paths, size, prefix_tokens, runs, model_config, block
     log = (lambda msg: click.echo(msg, err=True)) if not as_json else None
     if compare:
         _bench_compare(members[0], prefix_tokens, runs, fp, engine, no_fio, seed, force, lmcache_python, output,
-                       section, command, log, as_json)
+                       section, command, log, as_json, cpu_threads)
         return
     cfg = bench.BenchConfig(paths=members, prefix_tokens=prefix_tokens, runs=runs, size=size, fp=fp,
                             fio=not no_fio, sweep=sweep_counts, engine=engine, seed=seed, force=force,
@@ -389,14 +386,15 @@ def _run_bench(run, cfg, log):
 
 
 def _bench_compare(path, prefix_tokens, runs, fp, engine, no_fio, seed, force, lmcache_python, output, section,
-                   command, log, as_json) -> None:
+                   command, log, as_json, cpu_threads=0) -> None:
     """bench --compare lmcache: Tutti beside LMCache's disk engines (tutti.bench.lmcache_compare)."""
     from .. import bench
     from ..bench import lmcache_compare as lc
     from ..bench import lmcache_report as lr
 
     cfg = lc.CompareConfig(path=path, prefix_tokens=prefix_tokens, runs=runs, fp=fp, engine=engine, fio=not no_fio,
-                           seed=seed, force=force, lmcache_python=lmcache_python, command=command)
+                           seed=seed, force=force, lmcache_python=lmcache_python, command=command,
+                           cpu_threads=cpu_threads)
     res = _run_bench(lc.run_compare, cfg, log)
     if output:
         bench.replace_section(output, section or lc.COMPARE_TITLE,
