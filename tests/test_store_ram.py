@@ -99,6 +99,54 @@ def test_own_pages_read_through_the_map_are_still_checked(shm_dir, llama_fp, rng
         assert s.lookup(keys)[5] is None and s.stats()["corrupt_blocks"] == 1
 
 
+def _swap_on() -> bool:
+    with open("/proc/swaps") as f:
+        return len(f.read().splitlines()) > 1
+
+
+@pytest.mark.parametrize("populate", ["", "1"])
+def test_own_pages_need_no_populate_without_swap(shm_dir, llama_fp, rng, monkeypatch, populate):
+    """Without swap a page this process's writes made present stays in memory and mapped: its reads (and
+    rewrites) through the mapping skip MADV_POPULATE_* (no system call at all; the populate's page walk marked
+    every page accessed, which made the first read of freshly written pages ~0.8x later ones).
+    TUTTI_TMPFS_POPULATE=1 keeps it. Bytes exact either way."""
+    if _swap_on():
+        pytest.skip("this machine has swap: the engine populates every run (the rule under test is for no swap)")
+    monkeypatch.setenv("TUTTI_TMPFS_POPULATE", populate)
+    paths = [os.path.join(shm_dir, "s.img")]
+    Store.format(paths, llama_fp, n_slots=48)
+    n = 24  # 1.5 MiB a layer: the store's threads move it
+    keys = [f"pop-{i}" for i in range(n)]
+    with Store.open(paths, cpu_threads=4) as s, \
+            PagedBuffer.for_geometry(s.geometry, n) as src, PagedBuffer.for_geometry(s.geometry, n) as dst:
+        ids = rng.sample(range(n), n)
+        src.fill_random(ids, seed=rng.random())
+        calls = []
+        for round_ in range(2):  # the second write finds its pages made present by the first
+            before = s.stats()["engine"]["syscalls"]
+            with s.write(keys) as txn:
+                _layers(s, txn, src, ids)
+                assert txn.finish() == [0] * n
+            calls.append(s.stats()["engine"]["syscalls"] - before)
+            out = rng.sample(range(n), n)
+            dst.fill_random(out, seed=round_ + 0.5)
+            before = s.stats()["engine"]["syscalls"]
+            with s.read(s.lookup(keys)) as rd:
+                _layers(s, rd, dst, out, wait=True)
+                assert rd.finish() == [0] * n
+            calls.append(s.stats()["engine"]["syscalls"] - before)
+            for i in range(n):
+                assert dst.contiguous_block(out[i]) == src.contiguous_block(ids[i]), (round_, i)
+        first_write, first_read, second_write, second_read = calls
+        assert first_write > 0  # pages not yet this process's: populated
+        if populate:
+            assert first_read > 0 and second_read > 0
+        else:
+            # The data runs need no call; what is left is the slot table's and commit's own I/O.
+            assert first_read == 0 and second_read == 0, calls
+            assert second_write < first_write, calls
+
+
 CHILD = textwrap.dedent("""
     import errno, json, os, random, sys
     from tutti import LLAMA3_8B, PagedBuffer, Store

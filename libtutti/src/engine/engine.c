@@ -8,7 +8,9 @@
 #include <unistd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <linux/magic.h>
 
 #include "tutti/error.h"
@@ -110,11 +112,13 @@ void tt_engine_map_members(struct tt_engine *e)
 	 * writes only, "0": neither.
 	 */
 	const char *how = getenv("TUTTI_TMPFS_MAP"), *nt = getenv("TUTTI_TMPFS_NT");
+	const char *pop = getenv("TUTTI_TMPFS_POPULATE");
 	int reads = how && !strcmp(how, "rw"), mine = !how || !*how;
 
 	if (how && (!strcmp(how, "0") || !strcmp(how, "off")))
 		return;
 	e->map_stream = !nt || (strcmp(nt, "0") && strcmp(nt, "off"));
+	e->map_populate = pop && *pop && strcmp(pop, "0") && strcmp(pop, "off");
 	for (unsigned m = 0; m < e->n_members; m++) {
 		int fd = e->fds[m], fl = fcntl(fd, F_GETFL), wr;
 		struct stat st;
@@ -526,12 +530,37 @@ int tt_req_sync(struct tt_engine *e, const struct tt_req *r, uint64_t done)
 }
 
 /*
+ * Is swap configured now?  Looked at most once a second (a swapon in that
+ * second, then a reclaim of a page just checked, is the window).
+ */
+static int swap_on(void)
+{
+	static int64_t next_ns;	/* atomic: when to look again */
+	static int on = 1;	/* atomic */
+	struct timespec ts;
+	struct sysinfo si;
+	int64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	if (now >= __atomic_load_n(&next_ns, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&on, sysinfo(&si) || si.totalswap > 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&next_ns, now + 1000000000, __ATOMIC_RELEASE);
+	}
+	return __atomic_load_n(&on, __ATOMIC_RELAXED);
+}
+
+/*
  * Where a run of a mapped member lies in the mapping, its pages made
  * present: NULL where the syscalls must move it instead (past the mapping,
  * or a page the filesystem cannot supply, whose error pread/pwrite then
- * report).  Another process truncating the member between the two steps
- * would still be a SIGBUS (the store's lock keeps other stores out, not
- * truncate(1)).
+ * report).  Pages this process's writes made present need no populating
+ * while there is no swap: they stay in memory and mapped, a copy through
+ * the mapping cannot fault to I/O; skipping it also leaves the pages'
+ * LRU state alone (the populate's page walk marks each accessed, which made
+ * the first read of freshly written pages ~0.8x later ones).  Another
+ * process truncating the member would still be a SIGBUS (the store's lock
+ * keeps other stores out, not truncate(1)).
  */
 static char *map_run(struct tt_engine *e, const struct tt_io *ios, int wr, uint64_t bytes,
 		     uint64_t *calls)
@@ -539,11 +568,15 @@ static char *map_run(struct tt_engine *e, const struct tt_io *ios, int wr, uint6
 	unsigned m = ios[0].member;
 	uint64_t off = ios[0].off, pg = page_size(), start = off & ~(pg - 1);
 	uint64_t pages_end = (off + bytes + pg - 1) / pg;
+	int mine;
 
 	if (!e->map[m] || off + bytes < off || off + bytes > e->map_len[m])
 		return NULL;
-	if (wr ? !e->map_wr[m] : !e->map_rd[m] && !mine_all(e, m, start / pg, pages_end))
+	mine = mine_all(e, m, start / pg, pages_end);
+	if (wr ? !e->map_wr[m] : !e->map_rd[m] && !mine)
 		return NULL;
+	if (mine && !e->map_populate && !swap_on())
+		return e->map[m] + off;
 	(*calls)++;
 	/*
 	 * Reads populate too: a page reclaimed since (swapped out) whose

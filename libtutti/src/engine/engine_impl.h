@@ -66,6 +66,8 @@ struct tt_engine {
 	uint64_t *map_mine[TT_MAX_ENGINE_MEMBERS];
 	/* Copies through a mapping stream their stores (TUTTI_TMPFS_NT=0: memcpy). */
 	uint8_t map_stream;
+	/* Every mapped run populated first, swap or not (TUTTI_TMPFS_POPULATE=1). */
+	uint8_t map_populate;
 	void *priv;
 };
 
