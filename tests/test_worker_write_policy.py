@@ -312,6 +312,48 @@ def test_after_step_submits_no_write_beside_the_forward(tmp_path, save_mode, dat
                 assert s.get(k) == ref[:, b].contiguous().numpy().tobytes(), (tag, b)
 
 
+@pytest.mark.parametrize("save_mode", ["step", "deferred"])
+def test_after_step_writes_wait_for_the_whole_step_on_the_device(tmp_path, save_mode):
+    """On a GPU the host reaches the step's end (wait_for_save) while the forward's later layers still
+    run: with after_step no write may start on the marks of the layers already done, only once the
+    step's last kernel is. Marks faked here: each layer's done at once, the step's end done only when
+    the test says (step: wait_for_save waits for it; deferred: no write until a later step finds it)."""
+    w, kv, log, stats = make_worker(str(tmp_path), "after_step", save_mode=save_mode)
+    marks = []
+
+    class Mark:
+        def __init__(self):
+            self.done = len(marks) < N_LAYERS  # the layers' marks, then the step's end
+            marks.append(self)
+
+    def ready(mark, block=False):
+        if block:
+            mark.done = True  # a blocking wait: the step's kernels have ended by its return
+        return mark.done
+
+    w.io.mark, w.io.ready = Mark, ready
+    meta = TuttiMetadata(saves=[BlockTransfer("r1", keys("prefix"), PREFIX_IDS)])
+    _, committed = step(w, kv, meta, computed=(PREFIX_IDS, reference(1)), wait_layers=())
+    assert len(marks) == N_LAYERS + 1  # one a layer, one at the step's end
+    if save_mode == "step":  # written and committed in its step, after its end mark was waited for
+        assert marks[-1].done and committed == set(keys("prefix"))
+        assert sorted(log.of("W", "submit")) == list(range(N_LAYERS))
+        return
+    assert log.of("W", "submit") == [], "a write started before the step's kernels ended"
+    step(w, kv, TuttiMetadata(), wait_layers=())  # the next step: the end mark still not done
+    assert log.of("W", "submit") == []
+    marks[N_LAYERS].done = True
+    deadline = time.monotonic() + 20
+    while not set(keys("prefix")) <= committed:
+        assert time.monotonic() < deadline, committed
+        committed |= step(w, kv, TuttiMetadata(), wait_layers=())[1]
+    assert sorted(log.of("W", "submit")) == list(range(N_LAYERS))
+    w.close()
+    with Store.open([os.path.join(str(tmp_path), "kv.img")], readonly=True, shared=True) as s:
+        for b, k in enumerate(keys("prefix")):
+            assert s.get(k) == reference(1)[:, b].contiguous().numpy().tobytes(), b
+
+
 @pytest.mark.parametrize("bad", ["lazy", "", None, 1])
 def test_write_policy_is_validated(bad):
     assert TuttiConfig.from_extra({}).write_policy == "slack"

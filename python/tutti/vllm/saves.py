@@ -276,6 +276,11 @@ class SavesMixin:
         self._note_failure()
         self._steps += 1
         sv, self._save = self._save, None
+        if sv is not None and self._after_step and sv.queued:
+            # Behind the whole step's kernels, not each layer's: the host reaches this long before
+            # the GPU ends the forward, and a write after layer 0's would run beside the rest.
+            end = self.io.mark()
+            sv.queued = [(layer, end) for layer, _ in sv.queued]
         has_saves = meta is not None and meta.saves and self.store is not None
         if sv is None and has_saves:
             sv = self._new_save(meta)  # no layer handed over: TP still counts it
