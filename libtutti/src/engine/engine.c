@@ -559,8 +559,10 @@ static int swap_on(void)
  * the mapping cannot fault to I/O; skipping it also leaves the pages'
  * LRU state alone (the populate's page walk marks each accessed, which made
  * the first read of freshly written pages ~0.8x later ones).  Another
- * process truncating the member would still be a SIGBUS (the store's lock
- * keeps other stores out, not truncate(1)).
+ * process truncating the member, or punching a hole in it while its tmpfs
+ * is full, would be a SIGBUS (the store's lock keeps other stores out, not
+ * truncate(1) or fallocate(1)); a hole with space left reads as zeros,
+ * which the checksums fail.
  */
 static char *map_run(struct tt_engine *e, const struct tt_io *ios, int wr, uint64_t bytes,
 		     uint64_t *calls)

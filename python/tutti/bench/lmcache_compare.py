@@ -87,7 +87,7 @@ ENGINES = {  # name -> (label, what its read checks, how it moves the bytes)
     "tutti_all_layers": ("Tutti, all layers submitted at once", "XXH3 of every object (default)",
                          "the same read with every layer in flight before the first wait"),
     "tutti_unverified": ("Tutti, layer-wise, checksums off", "nothing (verify=False)",
-                         "the same read, store opened verify=False"),
+                         "the same read, store opened verify=False (after its own store pass in that open)"),
     "raw_block": ("LMCache raw-block (Rust io_uring)", "nothing (the slot header is not read on load)",
                   "lmcache-rust-raw-block-io batched_read/write, O_DIRECT, QD 256, fixed buffers"),
     "local_disk": ("LMCache local-disk, buffered", "nothing",
