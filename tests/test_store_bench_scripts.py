@@ -1,5 +1,6 @@
-"""benchmarks/store_prealloc.py and benchmarks/tmpfs_first_read.py in a short run: each writes its raw JSON and
-its section of the markdown, measures what it says, and leaves no file behind in the directory it used."""
+"""benchmarks/store_prealloc.py, tmpfs_first_read.py and store_first_read.py in a short run: each measures what
+it says (the first two also write their raw JSON and their section of the markdown) and leaves no file behind
+in the directory it used."""
 import json
 import os
 import subprocess
@@ -54,3 +55,19 @@ def test_tmpfs_first_read_refuses_bad_sizes(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--mib must be at least 8" in res.stderr
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs a tmpfs at /dev/shm")
+def test_store_first_read_benchmark_runs(tmp_path):
+    """benchmarks/store_first_read.py: a save and its checked retrieves, the environment's TUTTI_ knobs echoed,
+    nothing left in the directory (the retrieves are verified byte for byte inside the script)."""
+    d = tmp_path / "shm"
+    d.mkdir()
+    env = {**os.environ, "TUTTI_TMPFS_POPULATE": "1"}
+    res = subprocess.run([sys.executable, os.path.join(BENCH, "store_first_read.py"), "--blocks", "64", "--dir",
+                          str(d), "--reads", "2", "--tag", "t"], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    assert r["tag"] == "t" and r["blocks"] == 64 and r["env"]["TUTTI_TMPFS_POPULATE"] == "1"
+    assert r["store_gbps"] > 0 and len(r["retrieve_gbps"]) == 2 and min(r["retrieve_gbps"]) > 0
+    assert os.listdir(d) == []

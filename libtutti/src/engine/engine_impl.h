@@ -61,7 +61,7 @@ struct tt_engine {
 	uint8_t map_rd[TT_MAX_ENGINE_MEMBERS];		/* every read too (TUTTI_TMPFS_MAP=rw) */
 	/*
 	 * Pages of a mapping this process's own writes made present, a bit a
-	 * page: reads of those go through the mapping too (engine.c, map_move).
+	 * page: reads of those go through the mapping too (engine_map.c).
 	 */
 	uint64_t *map_mine[TT_MAX_ENGINE_MEMBERS];
 	/* Copies through a mapping stream their stores (TUTTI_TMPFS_NT=0: memcpy). */
@@ -73,7 +73,18 @@ struct tt_engine {
 
 /* Reads of @fd are memory copies by the CPU: no O_DIRECT, or a RAM filesystem. */
 int tt_fd_cpu_copies(int fd);
-/* Map the RAM-backed members the CPU copies (engine.c, after init); undo. */
+/* @fd is on tmpfs or ramfs (engine_map.c). */
+int tt_fd_on_ram(int fd);
+/*
+ * A run of a mapped member: where it lies in the mapping, its pages present
+ * (NULL: the syscalls move it); moved through the mapping (0, or 1: use the
+ * syscalls).  @calls counts the system calls made (engine_map.c).
+ */
+char *tt_engine_map_run(struct tt_engine *e, const struct tt_io *ios, int wr, uint64_t bytes,
+			uint64_t *calls);
+int tt_engine_map_move(struct tt_engine *e, struct tt_io *ios, unsigned n, int wr, uint64_t bytes,
+		       uint64_t *calls);
+/* Map the RAM-backed members the CPU copies (engine_map.c, after init); undo. */
 void tt_engine_map_members(struct tt_engine *e);
 void tt_engine_unmap_members(struct tt_engine *e);
 
