@@ -102,6 +102,8 @@ def main(argv=None) -> int:
         print(f"wrote section {lc.COMPARE_TITLE!r} of {args.output} from {args.json}")
         return 0
 
+    if not 0 <= args.cpu_threads <= 1024:
+        ap.error("--cpu-threads: 0 (auto) to 1024")
     here = os.path.relpath(__file__, os.getcwd())
     command = " ".join(["python", shlex.quote(here), *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     dirs = {"disk": args.disk_dir, "tmpfs": args.tmpfs_dir}
