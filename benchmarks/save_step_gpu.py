@@ -51,7 +51,7 @@ import torch
 import tutti.gpu  # noqa: F401 - imported before CUDA starts, as the worker's process does
 from tutti.prefill.decoder import LLAMA3_8B_SHAPE, TINY_SHAPE, Decoder
 from tutti.prefill.paged import PagedKVCache
-from tutti.vllm.config import ModelShape, TuttiConfig
+from tutti.vllm.config import ModelShape, TuttiConfig, parse_size
 from tutti.vllm.metadata import BlockTransfer, TuttiMetadata
 from tutti.vllm.stats import TuttiStats
 from tutti.vllm.worker import WorkerSide
@@ -232,10 +232,23 @@ def part_rates(args, shape, path: str) -> dict:
         rig.close()
 
 
+def commit_steps_allowed(args, shape, tokens: int) -> int:
+    """--max-commit-steps, or (not given) 400, more where a fixed drain_bytes_per_step needs more steps to write
+    the prompt's KV (a 32K Llama-3-8B prompt at 8 MiB a step: 512), with a quarter to spare."""
+    if args.max_commit_steps is not None:
+        return args.max_commit_steps
+    if args.drain_bytes_per_step == "auto":
+        return 400
+    rate = parse_size(args.drain_bytes_per_step, "--drain-bytes-per-step")
+    kv = tokens * shape.n_layers * shape.kv_bytes_per_token_layer
+    return max(400, -(-kv // rate) * 5 // 4)
+
+
 def part_steps(args, shape, model, path: str, tokens: int) -> dict:
     nb = tokens // BS
+    max_commit = commit_steps_allowed(args, shape, tokens)
     # The prompt's blocks, then the decode tokens'.
-    region = nb + -(-(args.decode_steps + args.max_commit_steps) // BS) + 1
+    region = nb + -(-(args.decode_steps + max_commit) // BS) + 1
     n_req = args.requests + 1
     out = {"path": path, "tokens": tokens}
     dev = "cpu" if args.cpu else "cuda"
@@ -266,7 +279,7 @@ def part_steps(args, shape, model, path: str, tokens: int) -> dict:
                 parts.append(rig.parts)
                 # Decode until the deferred save is committed (bounded), then --decode-steps more.
                 i = busy = 0
-                while rig.pending() and busy < args.max_commit_steps:
+                while rig.pending() and busy < max_commit:
                     rig.probe()  # before the step commits it
                     dt = decode(toks, table, i)
                     i, busy = i + 1, busy + 1
@@ -335,8 +348,9 @@ def main():
     ap.add_argument("--rate-tokens", type=int, default=32768)
     ap.add_argument("--requests", type=int, default=3, help="measured requests after one warm-up")
     ap.add_argument("--decode-steps", type=int, default=8, help="decode steps measured after the commit")
-    ap.add_argument("--max-commit-steps", type=int, default=400,
-                    help="decode steps a deferred save may take to be committed (else the run fails)")
+    ap.add_argument("--max-commit-steps", type=int, default=None,
+                    help="decode steps a deferred save may take to be committed (else the run fails); default 400, "
+                         "more where a fixed --drain-bytes-per-step needs more to write the prompt's KV")
     ap.add_argument("--drain-bytes-per-step", default="auto",
                     help="the connector's drain_bytes_per_step: carried-over writes a decode step submits")
     ap.add_argument("--write-policy", choices=("slack", "eager", "after_step"), default="slack",

@@ -30,3 +30,18 @@ def test_save_step_benchmark_runs_on_cpu(tmp_path):
         assert step.get(k, 1.0) > 0
     assert ("decode_busy_over_idle" in step) == ("decode_busy_mean_over_idle" in step)
     assert os.listdir(tmp_path) == ["res.json"]  # the stores went with the run
+
+
+def test_a_slow_fixed_drain_gets_the_steps_it_needs(tmp_path):
+    """With a fixed drain_bytes_per_step the harness allows the steps that rate needs to write the prompt's KV
+    (here over the default 400), instead of failing the run; after_step's writes all go with the drains."""
+    bench = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "save_step_gpu.py")
+    out = tmp_path / "res.json"
+    res = subprocess.run([sys.executable, bench, "--cpu", "--tiny", "--parts", "steps", "--tokens", "128",
+                          "--requests", "1", "--decode-steps", "2", "--variants", "deferred", "--write-policy",
+                          "after_step", "--drain-bytes-per-step", "64", "--dir", str(tmp_path), "--json", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (step,) = json.loads(out.read_text())["steps"]
+    assert all(n > 400 for n in step["deferred"]["decode_steps_to_commit"]), step["deferred"]["decode_steps_to_commit"]
+    assert step["deferred"]["stats"]["save_blocks"] == 2 * 8
