@@ -86,8 +86,8 @@ void tt_engine_map_members(struct tt_engine *e)
 		e->map_rd[m] = (uint8_t)reads;
 		/* Zero pages until used: a bit a page costs 1/32768 of what it tracks. */
 		if (wr && mine && !reads)
-			e->map_mine[m] = calloc(((uint64_t)st.st_size / page_size() + 63) / 64,
-						sizeof(uint64_t));
+			e->map_mine[m] = calloc(((uint64_t)st.st_size + 64 * page_size() - 1) /
+						(64 * page_size()), sizeof(uint64_t));
 	}
 }
 
