@@ -35,7 +35,7 @@ def result_rows(res: dict) -> list[tuple[str, str, str, str]]:
         ("retrieve: CPU per layer", f"{_fmt(med.get('retrieve_cpu_us_per_layer'), '.0f')} µs",
          each("retrieve_cpu_us_per_layer", ".0f"), "user+sys of the process / layers"),
         ("retrieve, checksums off", f"{_fmt(med.get('unverified_gbps'))} GB/s", each("unverified_gbps"),
-         "store opened with verify=False (not the default)"),
+         "store formatted again and opened with verify=False (not the default), its own store pass first"),
         ("retrieve, checksums off: CPU per layer", f"{_fmt(med.get('unverified_cpu_us_per_layer'), '.0f')} µs",
          each("unverified_cpu_us_per_layer", ".0f"), "the difference to the row above is XXH3 hashing"),
         ("retrieve: syscalls per layer", _fmt(med.get("retrieve_syscalls_per_layer"), ".1f"),
