@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--reads", type=int, default=3, help="retrieves after the save")
     ap.add_argument("--tag", default="", help="a label copied into the output")
     args = ap.parse_args(argv)
+    if args.blocks < 1 or args.reads < 1 or args.cpu_threads < 0:
+        ap.error("--blocks and --reads: 1 or more; --cpu-threads: 0 (auto) or more")
     n = args.blocks
     geo, _ = Store.plan(1, LLAMA3_8B, n_slots=n)
     ids = list(range(n))
@@ -55,4 +57,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except OSError as e:  # no room on the tmpfs, a store error: one line, not a traceback
+        print(f"store_first_read: {e}", file=sys.stderr)
+        sys.exit(1)
