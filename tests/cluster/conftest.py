@@ -22,8 +22,8 @@ HELPER = ROOT / "tests" / "helpers" / "cluster_node.py"
 class Node:
     """A cluster node process; ``cmd`` sends one command and waits (bounded) for its answer."""
 
-    def __init__(self, tmp: Path, name: str, master: Master, model="m1", env=None):
-        self.name, self.port = name, free_port()
+    def __init__(self, tmp: Path, name: str, master: Master, model="m1", env=None, port=None):
+        self.name, self.port = name, port or free_port()
         self.err = open(tmp / f"{name}.err", "w")
         self.proc = subprocess.Popen(
             [sys.executable, str(HELPER), str(tmp / f"{name}.img"), model, str(self.port), master.address,

@@ -94,3 +94,25 @@ def test_a_publish_refused_for_a_killed_owners_names_is_retried(nodes):
         assert time.monotonic() < deadline, ("B's blocks were never published", b.cmd("info")["stats"])
         time.sleep(0.3)
     assert c.cmd("fetch", seeds=seeds) == {"ok": [True] * 3, "exact": [True] * 3}
+
+
+def test_a_node_restarted_at_once_under_its_own_endpoint_is_told_why(nodes):
+    """Killed, the node's registration stays with the metadata server until the master drops it: a new
+    process under the same endpoint at once does not start, and says why and what to do in one line."""
+    a = nodes("a")
+    a.kill()
+    with pytest.raises(RuntimeError, match="exited"):
+        nodes("a-again", port=a.port)
+    err = open(a.err.name.replace("a.err", "a-again.err")).read()
+    assert "still registered by a node that ended without closing" in err and "another cluster_port" in err
+    assert nodes("a-elsewhere").cmd("info")  # under another endpoint at once: starts
+
+
+def test_a_second_live_node_under_the_same_endpoint_is_refused_in_one_line(nodes):
+    a = nodes("a")
+    with pytest.raises(RuntimeError, match="exited"):
+        nodes("a-twin", port=a.port)
+    err = open(a.err.name.replace("a.err", "a-twin.err")).read()
+    assert "another live node is registered as" in err and "cluster_host:cluster_port" in err
+    assert a.cmd("info")  # the first one unharmed
+

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import mmap
 
+from . import registration
 from .bounded import Bounded, CallTimeout
 from .config import ClusterConfig
 from .errors import ClusterError
@@ -34,8 +35,8 @@ class Link:
         rc = self._call(self.engine.initialize, cfg.endpoint, cfg.metadata, cfg.protocol,
                         cfg.rdma_devices, what="transfer engine init")
         if rc != 0:
-            raise ClusterError(f"Mooncake transfer engine at {cfg.endpoint} did not start (rc {rc}): is the "
-                               f"metadata server at {cfg.metadata} up and the port free?")
+            raise ClusterError(f"Mooncake transfer engine at {cfg.endpoint} did not start (rc {rc}): "
+                               + self._why_not_started())
         # Staging: one anonymous mapping (page aligned, never moves), registered once.
         self.staging = mmap.mmap(-1, max(staging_bytes, mmap.PAGESIZE))
         self.staging_addr = _address_of(self.staging)
@@ -50,6 +51,20 @@ class Link:
         if rc != 0:
             raise ClusterError(f"Mooncake master at {cfg.master} refused this node (setup rc {rc})")
         self.segment = self.store.get_hostname()
+
+    def _why_not_started(self) -> str:
+        """What a failed start is most likely about, asked of the metadata server (bounded)."""
+        cfg, t = self.cfg, self.cfg.call_timeout_s
+        meta = registration.registered(cfg.metadata, cfg.endpoint, t)
+        if meta is None:
+            return f"is the metadata server at {cfg.metadata} up and the port free?"
+        where = f"{meta['ip_or_host_name']}:{meta['rpc_port']}"
+        if registration.alive(meta, t):
+            return (f"another live node is registered as {cfg.endpoint} (its transfer engine answers at "
+                    f"{where}): every node needs its own cluster_host:cluster_port")
+        return (f"{cfg.endpoint} is still registered by a node that ended without closing (nothing answers at "
+                f"{where}); the master drops it after its client_ttl: start this node with another "
+                "cluster_port, or once that time has passed")
 
     def _call(self, fn, *args, what):
         try:

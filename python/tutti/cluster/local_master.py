@@ -10,16 +10,29 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 from .errors import ClusterError
 
+_HANDED_OUT: set[int] = set()
+_HANDED_LOCK = threading.Lock()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port this process has not handed out before: a port a killed node used is free
+    again at once, but the master may still hold that node's registration under it (until its
+    client_ttl), and a new node named by it would be refused."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        with _HANDED_LOCK:
+            if p not in _HANDED_OUT:
+                _HANDED_OUT.add(p)
+                return p
+    raise ClusterError("no free loopback port this process has not used before")
 
 
 def free_port_pair(offset: int, run: int = 1) -> int:
@@ -30,12 +43,17 @@ def free_port_pair(offset: int, run: int = 1) -> int:
         p = free_port()
         if p + max(offset, run - 1) > 65535:
             continue
+        more = [p + offset, *range(p + 1, p + run)]
         try:
-            for q in [p + offset, *range(p + 1, p + run)]:
+            for q in more:
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", q))
         except OSError:
             continue
+        with _HANDED_LOCK:
+            if _HANDED_OUT.intersection(more):
+                continue
+            _HANDED_OUT.update(more)
         return p
     raise ClusterError("no free pair of loopback ports")
 
