@@ -40,7 +40,7 @@ from .lmcache_layout import (
     verify_chunks,
     verify_paged,
 )
-from .passes import prefill, retrieve_pass, store_pass
+from .passes import prefill, retrieve_pass, store_pass, stored_slots
 
 if TYPE_CHECKING:
     from ..model import Fingerprint, Geometry
@@ -109,13 +109,6 @@ def retrieve_all_layers(store: Any, dst: PagedBuffer, geo: Geometry, slots: Sequ
     return {"seconds": secs, "cpu_seconds": cpu}
 
 
-def _stored(store, keys) -> list:
-    slots = list(store.lookup(keys))
-    if any(s is None or s < 0 for s in slots):
-        raise BenchError("retrieve: blocks just stored are missing from the store", 1)
-    return slots
-
-
 class TuttiEngine:
     names = ("tutti", "tutti_one_thread", "tutti_all_layers", "tutti_unverified", "fio")
 
@@ -151,7 +144,7 @@ class TuttiEngine:
                         cpu_threads=ctx.cfg.cpu_threads) as store:
             self.src_pb.register(store)
             store_pass(store, self.src_pb, geo, keys, self.src_ids)
-            out["tutti_unverified"] = {"retrieve": self._retrieve(store, _stored(store, keys), 0x3C ^ r,
+            out["tutti_unverified"] = {"retrieve": self._retrieve(store, stored_slots(store, keys), 0x3C ^ r,
                                                                   "Tutti retrieve, verify off")}
         self._format()
         with Store.open([self.path], engine=ctx.cfg.engine, cpu_threads=ctx.cfg.cpu_threads) as store:
@@ -160,7 +153,7 @@ class TuttiEngine:
             _, secs, cpu = timed_call(lambda: store_pass(store, self.src_pb, geo, keys, self.src_ids))
             out["tutti"] = {"store": rate_of(nbytes, secs, cpu)}
             out["tutti"]["store_durable"] = out["tutti"]["store"]  # finish() makes data and records durable
-            slots = _stored(store, keys)
+            slots = stored_slots(store, keys)
             out["tutti"]["retrieve"] = self._retrieve(store, slots, 0x5A ^ r, "Tutti retrieve")
             ctx.before_read(0xA7 ^ r)
             al = retrieve_all_layers(store, self.dst_pb, geo, slots, self.dst_ids)

@@ -92,6 +92,14 @@ def store_pass(store, src, geo, keys, mem_ids) -> dict:
     return {"seconds": seconds, "gbps": nbytes / seconds / GB}
 
 
+def stored_slots(store, keys, what: str = "retrieve") -> list:
+    """The slots of ``keys`` just stored; a missing one fails the benchmark."""
+    slots = list(store.lookup(keys))
+    if any(s is None or s < 0 for s in slots):
+        raise BenchError(f"{what}: blocks just stored are missing from the store", 1)
+    return slots
+
+
 def retrieve_pass(store, dst, geo, slots, mem_ids) -> dict:
     """Layer-wise retrieve with a one-layer pipeline: submit l+1, then wait for l."""
     n_layers = geo.n_layers

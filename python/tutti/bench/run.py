@@ -22,7 +22,7 @@ from .common import (
 )
 from .fio import FIO_SETTINGS, fio_available, pick_fio_config, run_fio
 from .machine import machine_info
-from .passes import naive_pass, object_extents, poison, prefill, retrieve_pass, store_pass, verify
+from .passes import naive_pass, object_extents, poison, prefill, retrieve_pass, store_pass, stored_slots, verify
 
 if TYPE_CHECKING:
     from ..model import Fingerprint
@@ -162,12 +162,23 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
     dropped = False
     engine_name = None
     prefilled = False
-    for r in range(cfg.runs):
-        log(f"run {r + 1}/{cfg.runs}")
+
+    def format_store():
         try:
             Store.format(paths, bench_fp, force=True, **sizing)
         except OSError as e:
             raise BenchError(f"format failed: {e}", 3) from None
+
+    def register(store):
+        for buf in (src, dst):
+            try:
+                buf.register(store)
+            except OSError:
+                pass  # registration is an optimisation only
+
+    for r in range(cfg.runs):
+        log(f"run {r + 1}/{cfg.runs}")
+        format_store()
         if not prefilled:
             prefill(paths, geo, region)
             prefilled = True
@@ -176,11 +187,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
             engine_name = store.engine
             if store.geometry != geo:
                 raise BenchError(f"formatted geometry {store.geometry} differs from the plan {geo}", 1)
-            for buf in (src, dst):
-                try:
-                    buf.register(store)
-                except OSError:
-                    pass  # registration is an optimisation only
+            register(store)
             if fio_version and not fio_cfg:
                 fio_cfg = {rw: pick_fio_config(paths, rw, geo.data_off, fio_size) for rw in ("write", "read")}
                 log("  fio calibration: " + ", ".join(f"{rw} {b}/QD{q}" for rw, (b, q) in fio_cfg.items()))
@@ -192,9 +199,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
                 dropped = drop_page_cache() or dropped
                 run["fio_read_gbps"] = run_fio(paths, "read", geo.data_off, fio_size, fio_cfg["read"])["gbps"]
 
-            slots = list(store.lookup(keys))
-            if any(s is None or s < 0 for s in slots):
-                raise BenchError("retrieve: blocks just stored are missing from the store", 1)
+            slots = stored_slots(store, keys)
             poison(dst, geo, mem_ids, 0x5A ^ r)  # a read that lands nowhere fails verification
             dropped = drop_page_cache() or dropped
             ret = retrieve_pass(store, dst, geo, slots, mem_ids)
@@ -226,20 +231,11 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] | None = None) -> dic
         # The same retrieve without checksum verification: how much CPU is hashing.  Its own store pass
         # first, in its open: the retrieve above read what that open's writes left (on tmpfs, through
         # the member's mapping), which a fresh open would read otherwise (by preadv).
-        try:
-            Store.format(paths, bench_fp, force=True, **sizing)
-        except OSError as e:
-            raise BenchError(f"format failed: {e}", 3) from None
+        format_store()
         with Store.open(paths, engine=cfg.engine, verify=False, cpu_threads=cfg.cpu_threads) as store:
-            for buf in (src, dst):
-                try:
-                    buf.register(store)
-                except OSError:
-                    pass
+            register(store)
             store_pass(store, src, geo, keys, mem_ids)
-            slots = list(store.lookup(keys))
-            if any(s is None or s < 0 for s in slots):
-                raise BenchError("unverified retrieve: blocks just stored are missing from the store", 1)
+            slots = stored_slots(store, keys, "unverified retrieve")
             poison(dst, geo, mem_ids, 0x3C ^ r)
             dropped = drop_page_cache() or dropped
             nv = retrieve_pass(store, dst, geo, slots, mem_ids)
