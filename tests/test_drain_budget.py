@@ -20,7 +20,7 @@ from test_worker_write_policy import (
     reference,
 )
 from tutti.vllm.config import TuttiConfig
-from tutti.vllm.drain import START, DrainBudget
+from tutti.vllm.drain import START, DrainBudget, DrainRate
 from tutti.vllm.metadata import BlockTransfer
 
 
@@ -50,6 +50,26 @@ def test_budget_grows_while_writes_are_left_queued_and_nothing_waits():
     for _ in range(50):
         b.step_drained(b.bytes, wanted_more=True)
     assert b.bytes == 256 << 20                    # capped (the pending bound)
+
+
+def test_a_fixed_size_is_a_rate_a_large_layer_waits_for_saved_up_steps():
+    r = DrainRate(8)
+    # A 20-byte layer at 8 a step: two steps save up, the third sends it (credit capped at the layer).
+    assert [r.budget(20) for _ in range(3)] == [0, 0, 20]
+    r.spent(20)
+    assert r.credit == 0
+    # Layers that fit go every step with the step's own bytes; what is left unspent is not carried.
+    assert r.budget(4) == 8
+    r.spent(4)
+    assert r.credit == 4 and r.budget(4) == 8       # min(4 + 8, max(8, 4)): never above one step's
+    # Nothing final queued: no credit saved up for a burst later.
+    r.budget(None)
+    assert r.credit == 0 and r.budget(20) == 0
+    # A budget nothing could use (the drain sent 0) keeps its credit for the next step.
+    r = DrainRate(8)
+    assert r.budget(8) == 8
+    r.spent(0)
+    assert r.credit == 8
 
 
 def test_auto_is_the_default_and_a_size_still_fixes_it():

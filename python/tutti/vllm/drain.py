@@ -100,3 +100,28 @@ class DrainBudget:
         if wanted_more and not self._cut_this_step:
             self.bytes = min(self.ceiling, self.bytes + max(self.bytes // 4, self.floor))
         self._cut_this_step = False
+
+
+class DrainRate:
+    """``drain_bytes_per_step`` fixed at N: N bytes a step on average.  The next layer to go, when larger
+    than N (a long prompt's layer, or any with a small N), waits until the steps' unspent N add up to it
+    instead of going out every step: the setting then bounds what drains take from the steps beside
+    them on average (on a GPU path their gathers and copies run beside the next steps' kernels)."""
+
+    def __init__(self, per_step: int):
+        self.per_step = max(1, per_step)
+        self.credit = 0   # bytes saved up by steps that sent less than per_step
+
+    def budget(self, next_bytes: int | None) -> int:
+        """This step's bytes to drain, given the next layer's size (None: nothing final is queued, so
+        nothing is saved up for a burst later); 0: not this step."""
+        if next_bytes is None:
+            self.credit = 0
+            return 0
+        self.credit = min(self.credit + self.per_step, max(self.per_step, next_bytes))
+        return self.credit if self.credit >= next_bytes else 0
+
+    def spent(self, n: int) -> None:
+        """The step's drain submitted ``n`` bytes of its budget."""
+        if n:
+            self.credit = max(self.credit - n, 0)

@@ -17,7 +17,7 @@ first in, first out:
   are submitted, oldest save first, up to ``drain_bytes_per_step`` bytes per step (``auto``:
   drain.py, what the store writes in about a step: cut when a drain is still being written two step
   ends later or held up a load; at least one layer a step, so every save progresses.  A fixed size is
-  a rate: a layer larger than it goes once the steps' unspent bytes add up to it, _drain_paced).
+  a rate: a layer larger than it goes once the steps' unspent bytes add up to it, drain.DrainRate).
 - A request that finishes while a save of its blocks is pending keeps its blocks: the scheduler
   side returns True from ``request_finished`` (vLLM's delay-free) and names the request in the
   next step's metadata (``held``); the worker reports it in ``get_finished`` (finished_sending)
@@ -56,6 +56,7 @@ import time
 from collections import deque
 
 from . import fault_hooks
+from .drain import DrainRate
 from .metadata import SlotEvent
 
 log = logging.getLogger("vllm.tutti")
@@ -122,7 +123,7 @@ class SavesMixin:
         self._drain_budget = None   # drain.py (drain_bytes_per_step auto), else the fixed size
         self._drains = deque()      # the last drains still being written: [saves, cut for it yet?]
         self._step_end = None       # perf_counter at the last finish_save
-        self._drain_credit = 0      # a fixed drain_bytes_per_step's bytes not spent yet (_drain_paced)
+        self._drain_rate = DrainRate(cfg.drain_bytes_per_step or 1)   # a fixed size's pacing
 
     def _set_pending_bound(self, num_blocks):
         """Bytes of pending saves held at most: a quarter of this rank's KV cache and half the
@@ -320,7 +321,7 @@ class SavesMixin:
                 more = more and caught_up
             b.step_drained(spent, more)
         else:
-            self._drain_paced(self.cfg.drain_bytes_per_step)
+            self._drain_paced()
         self._bound()
         self._note_io()
 
@@ -443,21 +444,12 @@ class SavesMixin:
             self._drains.append([saves, False])
         return spent, more
 
-    def _drain_paced(self, per_step):
-        """``drain_bytes_per_step`` fixed at N: N bytes a step on average.  The next layer to go, when
-        larger than N (a long prompt's layer, or any with a small N), waits until the steps' unspent N
-        add up to it instead of going out every step: the setting then bounds what drains take from the
-        steps beside them on average (on a GPU path their gathers and copies run beside the next
-        steps' kernels).  A save split into parts (_split_carried) has layers that fit."""
-        nxt = self._next_drain_bytes()
-        if nxt is None:  # nothing final to send: no credit saved up for a burst later
-            self._drain_credit = 0
-            return
-        credit = min(self._drain_credit + per_step, max(per_step, nxt))
-        if credit >= nxt:
-            spent, _ = self._drain(credit)
-            credit = max(credit - spent, 0) if spent else credit
-        self._drain_credit = credit
+    def _drain_paced(self):
+        """A fixed ``drain_bytes_per_step``: a rate (drain.DrainRate).  A save split into parts
+        (_split_carried) has layers that fit it."""
+        budget = self._drain_rate.budget(self._next_drain_bytes())
+        if budget:
+            self._drain_rate.spent(self._drain(budget)[0])
 
     def _next_drain_bytes(self):
         """Bytes of the layer the next drain would send first (None: none queued with its KV final)."""
