@@ -120,7 +120,7 @@ class SavesMixin:
         self._held = set()          # finished requests waiting for their pending saves
         self._drained_sent = None
         self._max_pending = None
-        self._drain_budget = None   # drain.py (drain_bytes_per_step auto), else the fixed size
+        self._drain_budget = None   # drain.DrainBudget with drain_bytes_per_step auto; None: _drain_rate
         self._drains = deque()      # the last drains still being written: [saves, cut for it yet?]
         self._step_end = None       # perf_counter at the last finish_save
         self._drain_rate = DrainRate(cfg.drain_bytes_per_step or 1)   # a fixed size's pacing
