@@ -5,6 +5,7 @@ process that ended without closing (killed, crashed), until the master drops it.
 the new process then died of a segfault in Mooncake's start, the master still holding the dead node.)"""
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import urllib.parse
@@ -25,7 +26,7 @@ def registered(metadata: str, endpoint: str, timeout: float) -> dict | None:
     try:
         with urllib.request.urlopen(_url(metadata, RPC_META.format(endpoint)), timeout=timeout) as r:
             meta = json.loads(r.read())
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):  # a reply cut short is not an answer either
         return None
     if not isinstance(meta, dict) or "ip_or_host_name" not in meta or "rpc_port" not in meta:
         return None
