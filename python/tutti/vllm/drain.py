@@ -123,5 +123,4 @@ class DrainRate:
 
     def spent(self, n: int) -> None:
         """The step's drain submitted ``n`` bytes of its budget."""
-        if n:
-            self.credit = max(self.credit - n, 0)
+        self.credit = max(self.credit - n, 0)
