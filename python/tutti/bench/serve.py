@@ -7,6 +7,7 @@ not called ``vllm``: PackageNotFoundError), so this starts the same entry point 
 TTFT is what a client sees: from sending the request to the first streamed token.
 """
 import asyncio
+import http.client
 import json
 import os
 import re
@@ -127,7 +128,7 @@ class Server:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
                         return
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not up yet, or a reply cut short while starting
                 pass
             time.sleep(1)
         raise ServerFailed(f"the server was not ready within {self.ready_timeout} s",
